@@ -1,0 +1,47 @@
+# lane-coordinator — every command a newcomer, CI and the team use.
+VENV      ?= .venv
+PY        := $(VENV)/bin/python
+BIN       := $(VENV)/bin
+HOST      ?= 127.0.0.1
+PORT      ?= 8787
+DATA_DIR  ?= var/data
+CONFIG    ?= deploy/example-config.toml
+
+.PHONY: setup run test test-core test-ui lint bench verify drill drill-netns check clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@command -v uv >/dev/null 2>&1 || python3 -m pip install -q uv
+	@test -x $(PY) || uv venv -q $(VENV)
+	VIRTUAL_ENV=$(VENV) uv pip install -q -e '.[dev]'
+	@touch $@
+
+## make run: a dev coordinator on loopback, generated token, example config, data in ./var/
+run: setup
+	@HOST=$(HOST) PORT=$(PORT) DATA_DIR=$(DATA_DIR) CONFIG=$(CONFIG) BIN=$(BIN) sh scripts/dev-run.sh
+
+## make test: unit + integration + acceptance, then the browser tests in their own run
+test: test-core test-ui
+
+test-core: setup
+	$(BIN)/pytest -q tests/unit tests/integration tests/acceptance
+
+test-ui: setup
+	@sh scripts/ensure-chromium.sh
+	$(BIN)/pytest -q -p no:asyncio tests/ui
+
+lint: setup
+	$(BIN)/ruff check coordinator client tests bench
+	$(BIN)/ruff format --check coordinator client tests bench
+	$(BIN)/mypy
+
+bench: setup
+	$(PY) -m bench
+
+check: setup
+	@LANE_COORDINATOR_TOKEN=$${LANE_COORDINATOR_TOKEN:-check-only-token-0123456789abcdefghijkl} \
+	  $(BIN)/lane-coordinator check --data-dir $(DATA_DIR) --config $(CONFIG)
+
+clean:
+	rm -rf var .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Lane actors: one mailbox per lane, group commit, the alarm, and long-poll waiters."""

@@ -1,0 +1,298 @@
+"""One actor per lane: the only code that touches a lane's core and store.
+
+Every operation is a job in the lane's mailbox. The actor drains the mailbox in
+batches: each job reads `now` once, runs the pure core, and its changes join the
+batch; one transaction (one fsync) commits the batch, and only then are the replies
+released and waiters woken. A job that must read the store first commits what is
+pending, so reads see every acknowledged change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import structlog
+
+from coordinator.clock import Clock
+from coordinator.constants import MAILBOX_BATCH_MAX
+from coordinator.core.lane import LaneCore
+from coordinator.core.model import Effects, LaneSettings
+from coordinator.errors import LaneError, StoreError, Unavailable
+from coordinator.store.base import LaneStore
+
+T = TypeVar("T")
+log = structlog.get_logger("coordinator.actor")
+
+
+@dataclass(slots=True)
+class Ctx:
+    """What a job sees: the core, the one `now` of this operation, and a store reader."""
+
+    actor: LaneActor
+    now: float
+    fx: Effects = field(default_factory=Effects)
+
+    @property
+    def core(self) -> LaneCore:
+        assert self.actor.core is not None
+        return self.actor.core
+
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+        await self.actor._flush()
+        return await self.actor._run(fn, *args)
+
+    def park(self, ticket_id: str) -> asyncio.Future[None]:
+        return self.actor._park(ticket_id)
+
+
+Job = Callable[[Ctx], Awaitable[Any]]
+
+
+@dataclass(slots=True)
+class _Pending:
+    future: asyncio.Future[Any]
+    result: Any = None
+    error: BaseException | None = None
+
+
+class LaneActor:
+    def __init__(
+        self,
+        lane: str,
+        settings: LaneSettings,
+        store: LaneStore,
+        executor: Executor,
+        clock: Clock,
+    ) -> None:
+        self.lane = lane
+        self.settings = settings
+        self.store = store
+        self.executor = executor
+        self.clock = clock
+        self.core: LaneCore | None = None
+        self._mailbox: asyncio.Queue[tuple[Job, asyncio.Future[Any]] | None] = asyncio.Queue()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._alarm_task: asyncio.Task[None] | None = None
+        self._alarm_at: float | None = None
+        self._pending_fx = Effects()
+        self._pending: list[_Pending] = []
+        self._parked: dict[str, set[asyncio.Future[None]]] = {}
+        self.last_used = 0.0
+        self.closed = False
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        await self._run(self.store.open)
+        await self._load()
+        self.last_used = self.clock.now()
+        self._loop_task = asyncio.create_task(self._loop(), name=f"lane-actor:{self.lane}")
+        # Leases that ran out while we were down are reaped at their original expiry now.
+        await self.submit(_noop)
+
+    async def _load(self) -> None:
+        snapshot = await self._run(self.store.load, self.lane)
+        self.core = LaneCore(self.lane, self.settings, snapshot, self.clock.now())
+
+    async def stop(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._alarm_task is not None:
+            self._alarm_task.cancel()
+        if self._loop_task is not None:
+            await self._mailbox.put(None)
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_task
+        for futs in self._parked.values():
+            for f in futs:
+                if not f.done():
+                    f.set_result(None)
+        self._parked.clear()
+        await self._run(self.store.close)
+
+    def idle(self) -> bool:
+        return (
+            self.core is not None
+            and self.core.is_idle()
+            and not self._parked
+            and self._mailbox.empty()
+        )
+
+    # ---------------------------------------------------------------- API
+
+    async def submit(self, job: Job) -> Any:
+        if self.closed:
+            raise Unavailable("lane is closing; retry")
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        await self._mailbox.put((job, fut))
+        return await fut
+
+    # ---------------------------------------------------------------- internals
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, fn, *args)
+
+    def _park(self, ticket_id: str) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._parked.setdefault(ticket_id, set()).add(fut)
+
+        def _forget(f: asyncio.Future[None]) -> None:
+            s = self._parked.get(ticket_id)
+            if s is not None:
+                s.discard(f)
+                if not s:
+                    del self._parked[ticket_id]
+
+        fut.add_done_callback(_forget)
+        return fut
+
+    async def _loop(self) -> None:
+        while True:
+            item = await self._mailbox.get()
+            if item is None:
+                await self._flush()
+                return
+            batch = [item]
+            while len(batch) < MAILBOX_BATCH_MAX and not self._mailbox.empty():
+                nxt = self._mailbox.get_nowait()
+                if nxt is None:
+                    await self._mailbox.put(None)  # stop after this batch
+                    break
+                batch.append(nxt)
+            for job, fut in batch:
+                await self._execute(job, fut)
+            await self._flush()
+            self._rearm()
+
+    async def _execute(self, job: Job, fut: asyncio.Future[Any]) -> None:
+        now = self.clock.now()
+        self.last_used = now
+        ctx = Ctx(self, now)
+        assert self.core is not None
+        self._pending_fx.extend(self.core.advance(now))
+        pending = _Pending(fut)
+        try:
+            pending.result = await job(ctx)
+        except LaneError as exc:
+            pending.error = exc
+        except Exception as exc:  # a defect: answer 503, rebuild the lane from its file
+            log.error("lane.job_failed", lane=self.lane, error=type(exc).__name__)
+            pending.error = Unavailable("internal error; the lane was reloaded from its file")
+            self._pending.append(pending)
+            await self._flush()
+            await self._reload()
+            return
+        self._pending_fx.extend(ctx.fx)
+        self._pending.append(pending)
+
+    async def _flush(self) -> None:
+        fx, pending = self._pending_fx, self._pending
+        self._pending_fx, self._pending = Effects(), []
+        if fx.changes:
+            try:
+                await self._run(self.store.apply, fx.changes)
+            except Exception as exc:
+                log.error("lane.commit_failed", lane=self.lane, error=type(exc).__name__)
+                err = exc if isinstance(exc, StoreError) else StoreError("commit failed")
+                for p in pending:
+                    if not p.future.done():
+                        p.future.set_exception(Unavailable(f"lane store unavailable: {err}"))
+                await self._reload()
+                return
+            for ch in fx.changes:
+                _log_change(self.lane, ch)
+        for p in pending:
+            if p.future.done():
+                continue
+            if p.error is not None:
+                p.future.set_exception(p.error)
+            else:
+                p.future.set_result(p.result)
+        self._wake(fx)
+
+    async def _reload(self) -> None:
+        try:
+            await self._load()
+        except Exception as exc:
+            log.error("lane.reload_failed", lane=self.lane, error=type(exc).__name__)
+        self._wake_all()
+
+    def _wake(self, fx: Effects) -> None:
+        if fx.pause_changed:
+            self._wake_all()
+            return
+        for tid in fx.woken:
+            for f in list(self._parked.get(tid, ())):
+                if not f.done():
+                    f.set_result(None)
+
+    def _wake_all(self) -> None:
+        for futs in list(self._parked.values()):
+            for f in list(futs):
+                if not f.done():
+                    f.set_result(None)
+
+    def _rearm(self) -> None:
+        assert self.core is not None
+        deadline = self.core.next_deadline()
+        if deadline == self._alarm_at and self._alarm_task is not None:
+            return
+        if self._alarm_task is not None:
+            self._alarm_task.cancel()
+            self._alarm_task = None
+        self._alarm_at = deadline
+        if deadline is not None and not self.closed:
+            self._alarm_task = asyncio.create_task(
+                self._alarm(deadline), name=f"lane-alarm:{self.lane}"
+            )
+
+    async def _alarm(self, deadline: float) -> None:
+        await self.clock.sleep_until(deadline)
+        self._alarm_task = None
+        self._alarm_at = None
+        if not self.closed:
+            with contextlib.suppress(LaneError):
+                await self.submit(_noop)
+
+
+async def _noop(ctx: Ctx) -> None:
+    return None
+
+
+def _log_change(lane: str, ch: Any) -> None:
+    from coordinator.core.model import PutIncident, PutPause, PutReceipt, PutTicket
+
+    if isinstance(ch, PutTicket):
+        t = ch.ticket
+        log.info(
+            "lane.ticket",
+            lane=lane,
+            ticket=t.ticket_id,
+            machine=t.machine_id,
+            claim=t.claim_id,
+            state=t.state.value,
+            fence=t.fence,
+            outcome=t.outcome,
+        )
+    elif isinstance(ch, PutPause):
+        log.info("lane.pause", lane=lane, until=ch.pause.until if ch.pause else None)
+    elif isinstance(ch, PutReceipt):
+        r = ch.receipt
+        log.info(
+            "lane.receipt",
+            lane=lane,
+            ticket=r.ticket_id,
+            machine=r.machine_id,
+            phase=r.phase,
+            verified=r.content_hash_verified,
+        )
+    elif isinstance(ch, PutIncident):
+        i = ch.incident
+        log.info("lane.incident", lane=lane, kind=i.kind, ticket=i.ticket_id, machine=i.machine_id)

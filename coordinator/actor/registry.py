@@ -1,0 +1,123 @@
+"""The lane registry: opens a lane's actor on first use, re-arms lanes at startup,
+and closes idle lanes so their store connections (and threads) are released."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import structlog
+
+from coordinator.actor.lane_actor import LaneActor
+from coordinator.clock import Clock
+from coordinator.config import Config
+from coordinator.constants import JANITOR_INTERVAL_SECONDS, LANE_IDLE_CLOSE_SECONDS, STORE_THREADS
+from coordinator.names import lane_file_name, lane_from_file_name
+from coordinator.store.sqlite import SqliteLaneStore
+
+log = structlog.get_logger("coordinator.registry")
+
+
+class LaneRegistry:
+    def __init__(self, config: Config, data_dir: Path, clock: Clock) -> None:
+        self.config = config
+        self.data_dir = data_dir
+        self.clock = clock
+        self.executor = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="lane-store")
+        self._actors: dict[str, LaneActor] = {}
+        self._opening: dict[str, asyncio.Task[LaneActor]] = {}
+        self._janitor: asyncio.Task[None] | None = None
+        self._closing = False
+
+    def path_for(self, lane: str) -> Path:
+        return self.data_dir / lane_file_name(lane)
+
+    def lanes_on_disk(self) -> list[str]:
+        out = []
+        for p in sorted(self.data_dir.iterdir()):
+            lane = lane_from_file_name(p.name)
+            if lane is not None and p.is_file():
+                out.append(lane)
+        return out
+
+    def known_lanes(self) -> list[str]:
+        return sorted(set(self.lanes_on_disk()) | set(self.config.lanes) | set(self._actors))
+
+    async def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        for lane in self.lanes_on_disk():
+            if self.config.lane_settings(lane) is None:
+                log.warning("lane.unenforced_file_ignored", lane=lane)
+                continue
+            actor = await self.get(lane, create=False)
+            if actor is not None and actor.idle():
+                await self._close(lane)
+            elif actor is not None:
+                log.info("lane.rearmed", lane=lane, live=len(actor.core.live) if actor.core else 0)
+        self._janitor = asyncio.create_task(self._janitor_loop(), name="lane-janitor")
+
+    async def get(self, lane: str, *, create: bool) -> LaneActor | None:
+        """The lane's actor, opened on demand; None when it has no file and create is False."""
+        if self._closing:
+            from coordinator.errors import Unavailable
+
+            raise Unavailable("coordinator is shutting down")
+        actor = self._actors.get(lane)
+        if actor is not None and not actor.closed:
+            return actor
+        task = self._opening.get(lane)
+        if task is None:
+            if not create and not self.path_for(lane).exists():
+                return None
+            task = asyncio.create_task(self._open(lane), name=f"lane-open:{lane}")
+            self._opening[lane] = task
+        try:
+            return await asyncio.shield(task)
+        finally:
+            if task.done():
+                self._opening.pop(lane, None)
+
+    async def _open(self, lane: str) -> LaneActor:
+        settings = self.config.lane_settings(lane)
+        assert settings is not None
+        store = SqliteLaneStore(self.path_for(lane), lane)
+        actor = LaneActor(lane, settings, store, self.executor, self.clock)
+        await actor.start()
+        self._actors[lane] = actor
+        log.info("lane.opened", lane=lane)
+        return actor
+
+    async def _close(self, lane: str) -> None:
+        actor = self._actors.pop(lane, None)
+        if actor is not None:
+            await actor.stop()
+            log.info("lane.closed", lane=lane)
+
+    async def close_idle(self, idle_seconds: float = LANE_IDLE_CLOSE_SECONDS) -> None:
+        now = self.clock.now()
+        for lane, actor in list(self._actors.items()):
+            if actor.idle() and now - actor.last_used >= idle_seconds:
+                await self._close(lane)
+
+    async def _janitor_loop(self) -> None:
+        while True:
+            await asyncio.sleep(JANITOR_INTERVAL_SECONDS)
+            try:
+                await self.close_idle()
+            except Exception as exc:
+                log.error("lane.janitor_failed", error=type(exc).__name__)
+
+    def open_lanes(self) -> list[str]:
+        return sorted(self._actors)
+
+    async def stop(self) -> None:
+        self._closing = True
+        if self._janitor is not None:
+            self._janitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._janitor
+        for lane in list(self._actors):
+            await self._close(lane)
+        self.executor.shutdown(wait=True)

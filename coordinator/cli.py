@@ -1,0 +1,154 @@
+"""`lane-coordinator serve|check|backup` (SPEC §10)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+from aiohttp import web
+
+from coordinator import constants as C
+from coordinator.config import Config, load_config, load_tokens
+from coordinator.errors import ConfigError, LaneError
+from coordinator.logs import configure_logging
+from coordinator.names import lane_from_file_name
+from coordinator.store.sqlite import SqliteLaneStore, copy_lane_file
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default=C.DEFAULT_HOST)
+    p.add_argument("--port", type=int, default=C.DEFAULT_PORT)
+    p.add_argument("--data-dir", type=Path, required=True)
+    p.add_argument("--config", type=Path, default=None)
+    p.add_argument("--token-file", type=Path, default=None)
+    p.add_argument("--log-level", default="info")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lane-coordinator")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _common(sub.add_parser("serve", help="run the coordinator"))
+    _common(sub.add_parser("check", help="dry run: validate config, token and migrations"))
+    b = sub.add_parser("backup", help="consistent online copies of every lane file")
+    b.add_argument("dest", type=Path)
+    b.add_argument("--data-dir", type=Path, required=True)
+    return parser
+
+
+def _load(args: argparse.Namespace) -> tuple[Config, list[bytes]]:
+    config = load_config(args.config)
+    tokens = load_tokens(args.token_file)
+    return config, tokens
+
+
+def check(args: argparse.Namespace) -> int:
+    config, tokens = _load(args)
+    data_dir: Path = args.data_dir
+    if data_dir.exists() and not data_dir.is_dir():
+        raise ConfigError(f"data dir: {data_dir} is not a directory")
+    lanes = []
+    if data_dir.is_dir():
+        lanes = [
+            (p, lane) for p in sorted(data_dir.iterdir())
+            if (lane := lane_from_file_name(p.name)) is not None
+        ]
+    with tempfile.TemporaryDirectory(prefix="lane-check-") as scratch:
+        # Migrations applied to a scratch copy of every lane file (and to a new empty lane).
+        targets = [(Path(scratch) / "check+empty.sqlite", "check:empty")]
+        for path, lane in lanes:
+            copy = Path(scratch) / path.name
+            copy_lane_file(path, copy)
+            targets.append((copy, lane))
+        for path, lane in targets:
+            store = SqliteLaneStore(path, lane)
+            try:
+                store.open()
+                version = store.schema_version()
+            except LaneError as exc:
+                raise ConfigError(f"migrations: {lane}: {exc.message}") from exc
+            finally:
+                store.close()
+    enforced = sorted(set(config.routes)) + sorted(config.lanes)
+    print(
+        f"ok: config valid ({len(config.routes)} routes, {len(config.lanes)} lane overrides), "
+        f"{len(tokens)} token(s) accepted, migrations apply cleanly to {len(targets) - 1} "
+        f"lane file(s) (schema version {version}); enforced: {', '.join(enforced) or 'none'}; "
+        f"would listen on {args.host}:{args.port}"
+    )
+    return 0
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from coordinator.http.app import create_app
+
+    config, tokens = _load(args)
+    app = create_app(config, tokens, args.data_dir)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, args.host, args.port)
+    await site.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    print(f"lane-coordinator listening on http://{args.host}:{args.port}", file=sys.stderr)
+    await stop.wait()
+    try:
+        await asyncio.wait_for(runner.cleanup(), timeout=C.SHUTDOWN_GRACE_SECONDS)
+    except TimeoutError:
+        print("lane-coordinator: shutdown grace period ran out", file=sys.stderr)
+    return 0
+
+
+def backup(args: argparse.Namespace) -> int:
+    dest: Path = args.dest
+    dest.mkdir(parents=True, exist_ok=True)
+    count = 0
+    for path in sorted(args.data_dir.iterdir()):
+        lane = lane_from_file_name(path.name)
+        if lane is None:
+            continue
+        store = SqliteLaneStore(path, lane)
+        store.open()
+        try:
+            store.backup_to(dest / path.name)
+        finally:
+            store.close()
+        count += 1
+    print(f"ok: backed up {count} lane file(s) to {dest}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(getattr(args, "log_level", "info"))
+    try:
+        if args.command == "check":
+            return check(args)
+        if args.command == "backup":
+            return backup(args)
+        return asyncio.run(_serve(args))
+    except ConfigError as exc:
+        print(f"lane-coordinator: {exc}", file=sys.stderr)
+        return 2
+    except LaneError as exc:
+        print(f"lane-coordinator: {exc.message}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"lane-coordinator: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # no traceback on the operator's terminal
+        print(f"lane-coordinator: unexpected {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

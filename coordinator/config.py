@@ -1,0 +1,181 @@
+"""Server configuration (TOML) and the bearer tokens."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from coordinator import constants as C
+from coordinator.core.model import LaneSettings
+from coordinator.errors import ConfigError
+from coordinator.names import PART_RE, parse_lane
+
+TOKEN_ENV = "LANE_COORDINATOR_TOKEN"
+HOW_TO_MAKE_TOKEN = (
+    "make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))' "
+    f"and pass it in {TOKEN_ENV} or with --token-file PATH (one token per line; "
+    "two lines while rotating)"
+)
+
+
+@dataclass(slots=True)
+class Config:
+    default_lease_seconds: float = C.DEFAULT_LEASE_SECONDS
+    waiter_timeout_seconds: float = C.DEFAULT_WAITER_TIMEOUT_SECONDS
+    default_hold_seconds: float = C.DEFAULT_HOLD_SECONDS
+    history_retained: int = C.DEFAULT_HISTORY_RETAINED
+    max_body_bytes: int = C.DEFAULT_MAX_BODY_BYTES
+    routes: dict[str, int] = field(default_factory=dict)  # route -> capacity
+    lanes: dict[str, int] = field(default_factory=dict)  # lane -> capacity override
+
+    def capacity(self, lane: str) -> int | None:
+        if lane in self.lanes:
+            return self.lanes[lane]
+        route, _ = parse_lane(lane)
+        return self.routes.get(route)
+
+    def lane_settings(self, lane: str) -> LaneSettings | None:
+        """None when the lane's route has no measured limit (unenforced, SPEC §5)."""
+        cap = self.capacity(lane)
+        if cap is None:
+            return None
+        return LaneSettings(
+            capacity=cap,
+            default_lease_seconds=self.default_lease_seconds,
+            waiter_timeout_seconds=self.waiter_timeout_seconds,
+            default_hold_seconds=self.default_hold_seconds,
+            history_retained=self.history_retained,
+            incidents_retained=C.INCIDENTS_RETAINED,
+        )
+
+
+def _number(
+    raw: dict[str, Any], key: str, default: float, lo: float, hi: float, *, integer: bool = False
+) -> Any:
+    if key not in raw:
+        return default
+    v = raw[key]
+    if isinstance(v, bool) or not isinstance(v, int | float) or (integer and not isinstance(v, int)):
+        kind = "an integer" if integer else "a number"
+        raise ConfigError(f"config: {key} must be {kind}")
+    if not lo <= v <= hi:
+        raise ConfigError(f"config: {key} must be between {lo:g} and {hi:g}, got {v}")
+    return v
+
+
+def _capacity(where: str, table: Any) -> int | None:
+    if not isinstance(table, dict):
+        raise ConfigError(f"config: {where} must be a table")
+    unknown = set(table) - {"capacity"}
+    if unknown:
+        raise ConfigError(f"config: {where} has unknown keys: {', '.join(sorted(unknown))}")
+    if "capacity" not in table:
+        return None
+    cap = table["capacity"]
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1 or cap > 10_000:
+        raise ConfigError(f"config: {where}.capacity must be an integer from 1 to 10000")
+    return cap
+
+
+KNOWN_KEYS = {
+    "default_lease_seconds",
+    "waiter_timeout_seconds",
+    "default_hold_seconds",
+    "history_retained",
+    "max_body_bytes",
+    "routes",
+    "lanes",
+}
+
+
+def parse_config(raw: dict[str, Any]) -> Config:
+    unknown = set(raw) - KNOWN_KEYS
+    if unknown:
+        raise ConfigError(f"config: unknown keys: {', '.join(sorted(unknown))}")
+    cfg = Config(
+        default_lease_seconds=float(
+            _number(raw, "default_lease_seconds", C.DEFAULT_LEASE_SECONDS,
+                    C.MIN_LEASE_SECONDS, C.MAX_LEASE_SECONDS)
+        ),
+        waiter_timeout_seconds=float(
+            _number(raw, "waiter_timeout_seconds", C.DEFAULT_WAITER_TIMEOUT_SECONDS, 10, 86400)
+        ),
+        default_hold_seconds=float(
+            _number(raw, "default_hold_seconds", C.DEFAULT_HOLD_SECONDS, 1, 86400)
+        ),
+        history_retained=_number(
+            raw, "history_retained", C.DEFAULT_HISTORY_RETAINED, 1, 1_000_000, integer=True
+        ),
+        max_body_bytes=_number(
+            raw, "max_body_bytes", C.DEFAULT_MAX_BODY_BYTES, 1024, 16 * 1024 * 1024, integer=True
+        ),
+    )
+    routes = raw.get("routes", {})
+    if not isinstance(routes, dict):
+        raise ConfigError("config: [routes] must be a table")
+    for route, table in routes.items():
+        if not PART_RE.match(route):
+            raise ConfigError(f"config: route name {route!r} is not 1-64 of [a-z0-9._-]")
+        cap = _capacity(f"routes.{route}", table)
+        if cap is not None:
+            cfg.routes[route] = cap
+    lanes = raw.get("lanes", {})
+    if not isinstance(lanes, dict):
+        raise ConfigError("config: [lanes] must be a table")
+    for lane, table in lanes.items():
+        try:
+            parse_lane(lane)
+        except Exception as exc:
+            raise ConfigError(f"config: lane name {lane!r} is not route:account") from exc
+        cap = _capacity(f'lanes."{lane}"', table)
+        if cap is not None:
+            cfg.lanes[lane] = cap
+    return cfg
+
+
+def load_config(path: Path | None) -> Config:
+    if path is None:
+        return Config()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"config: cannot read {path}: {exc.strerror}") from exc
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config: {path} is not valid TOML: {exc}") from exc
+    return parse_config(raw)
+
+
+def load_tokens(token_file: Path | None, env: dict[str, str] | None = None) -> list[bytes]:
+    """Accepted bearer tokens: one per line in the file, or whitespace/comma-separated in env.
+
+    Two tokens (current and next) let computers move to a new token one at a time.
+    """
+    env = dict(os.environ) if env is None else env
+    if token_file is not None:
+        try:
+            text = token_file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(
+                f"token: cannot read --token-file {token_file}: {exc.strerror}; {HOW_TO_MAKE_TOKEN}"
+            ) from exc
+        parts = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    else:
+        value = env.get(TOKEN_ENV, "")
+        parts = value.replace(",", " ").split()
+    if not parts:
+        raise ConfigError(f"token: no token given; {HOW_TO_MAKE_TOKEN}")
+    tokens = []
+    for p in parts:
+        b = p.encode("utf-8")
+        if len(b) < C.MIN_TOKEN_BYTES:
+            raise ConfigError(
+                f"token: a token is {len(b)} bytes; at least {C.MIN_TOKEN_BYTES} are required; "
+                f"{HOW_TO_MAKE_TOKEN}"
+            )
+        tokens.append(b)
+    return tokens

@@ -1,0 +1,219 @@
+"""Domain records of a lane: tickets, pauses, receipts, incidents, and the changes to persist."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class TicketState(StrEnum):
+    QUEUED = "queued"
+    HELD = "held"
+    DONE = "done"
+    EXPIRED = "expired"
+
+
+LIVE_STATES = frozenset({TicketState.QUEUED, TicketState.HELD})
+TERMINAL_STATES = frozenset({TicketState.DONE, TicketState.EXPIRED})
+
+
+class Outcome(StrEnum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    LEASE_LOST = "lease-lost"
+    NOT_SUBMITTED = "not-submitted"
+    SLOT_BUSY = "slot-busy"
+    ABANDONED = "abandoned"
+    EXPIRED = "expired"  # set by the coordinator only, when the alarm reaps a lease
+
+
+RELEASE_OUTCOMES = tuple(o.value for o in Outcome if o is not Outcome.EXPIRED)
+
+
+class ReceiptPhase(StrEnum):
+    LEASE_ACQUIRED = "lease-acquired"
+    REFERENCES_APPLIED = "references-applied"
+    PROVIDER_SUBMITTED = "provider-submitted"
+    PROVIDER_TERMINAL = "provider-terminal"
+
+
+class IncidentKind(StrEnum):
+    COOLDOWN_STARTED = "provider-cooldown-started"
+    COOLDOWN_EXTENDED = "provider-cooldown-extended"
+    COOLDOWN_ENDED = "provider-cooldown-ended"
+    RECEIPT_HASH_MISMATCH = "receipt-hash-mismatch"
+    LEASE_EXPIRED = "lease-expired"
+    WAITER_ABANDONED = "waiter-abandoned"
+    DUPLICATE_COLLISION = "duplicate-collision"
+    LATE_RELEASE = "late-release"
+
+
+@dataclass(slots=True)
+class Ticket:
+    ticket_id: str
+    lane: str
+    state: TicketState
+    machine_id: str
+    claim_id: str | None
+    project: str
+    scene: str
+    prompt_hash: str
+    seq: int
+    enqueued_at: float
+    lease_seconds: float
+    last_seen_at: float
+    held_at: float | None = None
+    lease_expires_at: float | None = None
+    heartbeat_at: float | None = None
+    fence: int | None = None
+    outcome: str | None = None
+    late_outcome: str | None = None
+    provider_job_id: str | None = None
+    note: str | None = None
+    ended_at: float | None = None
+
+    @property
+    def identity(self) -> tuple[str, str, str]:
+        return (self.project, self.scene, self.prompt_hash)
+
+
+@dataclass(slots=True, frozen=True)
+class Pause:
+    reason_code: str
+    started_at: float
+    until: float
+    machine_id: str
+    claim_id: str | None
+    ticket_id: str
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "reasonCode": self.reason_code,
+            "startedAt": self.started_at,
+            "until": self.until,
+            "machineId": self.machine_id,
+            "claimId": self.claim_id,
+            "ticketId": self.ticket_id,
+        }
+
+
+@dataclass(slots=True, frozen=True)
+class Receipt:
+    receipt_id: str
+    ticket_id: str
+    phase: str
+    machine_id: str
+    payload_json: str  # the payload's canonical JSON (RFC 8785)
+    content_hash: str
+    content_hash_verified: bool | None
+    created_at: float
+
+
+@dataclass(slots=True, frozen=True)
+class Incident:
+    kind: str
+    at: float
+    ticket_id: str | None
+    machine_id: str | None
+    detail: dict[str, Any]
+
+
+# ---- changes the store persists, in order, in one transaction ----
+
+
+@dataclass(slots=True, frozen=True)
+class PutTicket:
+    ticket: Ticket
+
+
+@dataclass(slots=True, frozen=True)
+class PutCounters:
+    last_fence: int
+    next_seq: int
+
+
+@dataclass(slots=True, frozen=True)
+class PutProjectServed:
+    project: str
+    fence: int
+    at: float
+
+
+@dataclass(slots=True, frozen=True)
+class PutPause:
+    pause: Pause | None
+
+
+@dataclass(slots=True, frozen=True)
+class PutReceipt:
+    receipt: Receipt
+
+
+@dataclass(slots=True, frozen=True)
+class PutIncident:
+    incident: Incident
+
+
+@dataclass(slots=True, frozen=True)
+class PruneHistory:
+    keep: int  # newest ended tickets kept (with their receipts)
+
+
+@dataclass(slots=True, frozen=True)
+class PruneIncidents:
+    keep: int
+
+
+Change = (
+    PutTicket
+    | PutCounters
+    | PutProjectServed
+    | PutPause
+    | PutReceipt
+    | PutIncident
+    | PruneHistory
+    | PruneIncidents
+)
+
+
+@dataclass(slots=True)
+class Effects:
+    """What one operation changed: rows to persist, and whom to wake."""
+
+    changes: list[Change] = field(default_factory=list)
+    woken: set[str] = field(default_factory=set)  # tickets whose state changed
+    pause_changed: bool = False
+    promoted: list[str] = field(default_factory=list)
+
+    def extend(self, other: Effects) -> None:
+        self.changes.extend(other.changes)
+        self.woken |= other.woken
+        self.pause_changed = self.pause_changed or other.pause_changed
+        self.promoted.extend(other.promoted)
+
+
+@dataclass(slots=True)
+class LaneSettings:
+    capacity: int
+    default_lease_seconds: float
+    waiter_timeout_seconds: float
+    default_hold_seconds: float
+    history_retained: int
+    incidents_retained: int
+
+
+@dataclass(slots=True)
+class LaneSnapshot:
+    """What a store loads to rebuild a lane's in-memory state."""
+
+    live: list[Ticket] = field(default_factory=list)
+    last_fence: int = 0
+    next_seq: int = 1
+    project_served: dict[str, int] = field(default_factory=dict)
+    pause: Pause | None = None
+    recent_holds: list[float] = field(default_factory=list)  # oldest first
+    history_count: int = 0
+    incident_count: int = 0
+    last_collision: dict[str, Any] | None = None

@@ -1,0 +1,1 @@
+"""HTTP layer: aiohttp app factory, auth, msgspec schemas, error mapping."""

@@ -1,0 +1,400 @@
+"""The aiohttp application factory: routes, auth, body limits, error mapping."""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import structlog
+from aiohttp import web
+
+from coordinator import __version__
+from coordinator.actor.registry import LaneRegistry
+from coordinator.clock import Clock, SystemClock
+from coordinator.config import Config
+from coordinator.constants import (
+    COORDINATOR_KIND,
+    DEFAULT_INCIDENTS_LIMIT,
+    MAX_INCIDENTS_LIMIT,
+    MAX_RECEIPT_PAYLOAD_BYTES,
+    SUPPORTED_PROTOCOLS,
+)
+from coordinator.core.commands import (
+    Acquire,
+    Cooldown,
+    Heartbeat,
+    RecordReceipt,
+    Release,
+    TicketCall,
+)
+from coordinator.core.receipts import canonical_json, check_receipt_id, content_hash
+from coordinator.errors import (
+    BadRequest,
+    LaneError,
+    NotFound,
+    PayloadTooLarge,
+    Unauthorized,
+    Unavailable,
+    UnsupportedMediaType,
+    UnsupportedProtocol,
+)
+from coordinator.http import schemas as S
+from coordinator.http.presence import Presence
+from coordinator.names import parse_lane
+from coordinator.service import LaneService, new_ticket_id
+
+log = structlog.get_logger("coordinator.http")
+
+CONFIG_KEY = web.AppKey("config", Config)
+TOKENS_KEY = web.AppKey("tokens", list)
+CLOCK_KEY = web.AppKey("clock", object)
+REGISTRY_KEY = web.AppKey("registry", LaneRegistry)
+SERVICE_KEY = web.AppKey("service", LaneService)
+PRESENCE_KEY = web.AppKey("presence", Presence)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _json(data: dict[str, Any], status: int = 200) -> web.Response:
+    return web.Response(
+        body=msgspec.json.encode(data), status=status, content_type="application/json"
+    )
+
+
+def _v1(data: dict[str, Any], status: int = 200) -> web.Response:
+    return _json({"coordinator": COORDINATOR_KIND, **data}, status)
+
+
+def _error(exc: LaneError) -> web.Response:
+    return _json(exc.body(), exc.status)
+
+
+# ---------------------------------------------------------------- middlewares
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    started = time.perf_counter()
+    status = 500
+    try:
+        resp = await handler(request)
+        status = resp.status
+        return resp
+    except LaneError as exc:
+        status = exc.status
+        return _error(exc)
+    except web.HTTPRequestEntityTooLarge:
+        status = 413
+        return _error(PayloadTooLarge("body: larger than the configured max_body_bytes"))
+    except web.HTTPNotFound:
+        status = 404
+        return _error(NotFound(f"path: no endpoint {request.path}"))
+    except web.HTTPMethodNotAllowed as exc:
+        status = 405
+        err = BadRequest(
+            f"method: {request.method} is not allowed on {request.path}; "
+            f"use {', '.join(sorted(exc.allowed_methods))}"
+        )
+        return _json(err.body(), 405)
+    except web.HTTPException as exc:
+        status = exc.status
+        if exc.status in (301, 302, 303, 307, 308):
+            raise
+        return _error(BadRequest(exc.reason))
+    except Exception as exc:  # never a traceback or a 500 to the caller
+        status = 503
+        log.error("http.internal_error", path=request.path, error=type(exc).__name__)
+        return _error(Unavailable("internal error; the request was not applied"))
+    finally:
+        log.debug(
+            "http.request",
+            method=request.method,
+            path=request.path,
+            status=status,
+            ms=round((time.perf_counter() - started) * 1000, 2),
+        )
+
+
+def _authorized(request: web.Request) -> bool:
+    header = request.headers.get("Authorization", "")
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer" or not given:
+        return False
+    given_b = given.strip().encode("utf-8", "surrogateescape")
+    ok = False
+    for token in request.app[TOKENS_KEY]:
+        ok |= hmac.compare_digest(given_b, token)
+    return ok
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if request.path.startswith("/v1/") or request.path == "/v1" or request.path == "/metrics":
+        if not _authorized(request):
+            raise Unauthorized("Authorization: a valid bearer token is required")
+    return await handler(request)
+
+
+# ---------------------------------------------------------------- request parsing
+
+
+async def _body(request: web.Request, schema: type[S.Base]) -> Any:
+    if request.content_type != "application/json":
+        raise UnsupportedMediaType("Content-Type: must be application/json")
+    limit = request.app[CONFIG_KEY].max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        raise PayloadTooLarge(f"body: larger than {limit} bytes")
+    raw = await request.read()
+    if len(raw) > limit:
+        raise PayloadTooLarge(f"body: larger than {limit} bytes")
+    try:
+        data = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        raise BadRequest("body: not valid JSON") from None
+    if not isinstance(data, dict):
+        raise BadRequest("body: must be a JSON object")
+    if "protocolVersion" not in data:
+        raise BadRequest("protocolVersion: required (this server speaks 1)")
+    pv = data["protocolVersion"]
+    if isinstance(pv, bool) or pv not in SUPPORTED_PROTOCOLS:
+        raise UnsupportedProtocol(
+            f"protocolVersion: {pv!r} is not supported; supported: "
+            f"{', '.join(str(p) for p in SUPPORTED_PROTOCOLS)}",
+            supported=list(SUPPORTED_PROTOCOLS),
+        )
+    try:
+        body = msgspec.convert(data, schema)
+    except msgspec.ValidationError as exc:
+        raise BadRequest(_validation_message(str(exc))) from None
+    parse_lane(body.lane)
+    return body
+
+
+def _validation_message(text: str) -> str:
+    """'Expected `int` >= 15 - at `$.leaseSeconds`' -> 'leaseSeconds: Expected `int` >= 15'."""
+    msg, sep, where = text.rpartition(" - at `$.")
+    if sep:
+        return f"{where.rstrip('`')}: {msg}"
+    if text.startswith("Object missing required field"):
+        field = text.split("`")[1] if "`" in text else "?"
+        return f"{field}: required"
+    return text
+
+
+def _saw(request: web.Request, lane: str | None, machine: str | None, claim: str | None) -> None:
+    if machine:
+        clock: Clock = request.app[CLOCK_KEY]  # type: ignore[assignment]
+        request.app[PRESENCE_KEY].saw(machine, clock.now(), lane, claim)
+
+
+def _call(body: S.TicketBody) -> TicketCall:
+    return TicketCall(body.machine_id, body.claim_id, body.ticket_id)
+
+
+# ---------------------------------------------------------------- handlers
+
+
+async def acquire(request: web.Request) -> web.Response:
+    b: S.AcquireBody = await _body(request, S.AcquireBody)
+    _saw(request, b.lane, b.machine_id, b.claim_id)
+    cmd = Acquire(
+        b.machine_id, b.claim_id, b.project, b.scene, b.prompt_hash, b.lease_seconds,
+        new_ticket_id(),
+    )
+    return _v1(await request.app[SERVICE_KEY].acquire(b.lane, cmd))
+
+
+async def await_(request: web.Request) -> web.Response:
+    b: S.AwaitBody = await _body(request, S.AwaitBody)
+    _saw(request, b.lane, b.machine_id, b.claim_id)
+    return _v1(await request.app[SERVICE_KEY].await_(b.lane, _call(b), b.wait_seconds))
+
+
+async def heartbeat(request: web.Request) -> web.Response:
+    b: S.HeartbeatBody = await _body(request, S.HeartbeatBody)
+    _saw(request, b.lane, b.machine_id, b.claim_id)
+    reply = await request.app[SERVICE_KEY].heartbeat(b.lane, Heartbeat(_call(b), b.lease_seconds))
+    return _v1(reply)
+
+
+async def release(request: web.Request) -> web.Response:
+    b: S.ReleaseBody = await _body(request, S.ReleaseBody)
+    _saw(request, b.lane, b.machine_id, b.claim_id)
+    cmd = Release(_call(b), b.outcome, b.provider_job_id, b.note)
+    return _v1(await request.app[SERVICE_KEY].release(b.lane, cmd))
+
+
+async def receipt(request: web.Request) -> web.Response:
+    b: S.ReceiptBody = await _body(request, S.ReceiptBody)
+    _saw(request, b.lane, b.machine_id, b.claim_id)
+    check_receipt_id(b.receipt_id, b.ticket_id, b.phase)
+    canonical = canonical_json(b.payload)
+    if len(canonical) > MAX_RECEIPT_PAYLOAD_BYTES:
+        raise BadRequest(f"payload: larger than {MAX_RECEIPT_PAYLOAD_BYTES} bytes")
+    cmd = RecordReceipt(
+        machine_id=b.machine_id,
+        claim_id=b.claim_id,
+        ticket_id=b.ticket_id,
+        receipt_id=b.receipt_id,
+        phase=b.phase,
+        payload_json=canonical.decode("utf-8"),
+        content_hash=b.content_hash,
+        computed_hash=content_hash(canonical),
+    )
+    status, reply = await request.app[SERVICE_KEY].receipt(b.lane, cmd)
+    return _v1(reply, status)
+
+
+async def cooldown(request: web.Request) -> web.Response:
+    b: S.CooldownBody = await _body(request, S.CooldownBody)
+    _saw(request, b.lane, b.machine_id, b.claim_id)
+    cmd = Cooldown(_call(b), b.reason_code, b.retry_after_seconds)
+    return _v1(await request.app[SERVICE_KEY].cooldown(b.lane, cmd))
+
+
+async def status(request: web.Request) -> web.Response:
+    b: S.StatusBody = await _body(request, S.StatusBody)
+    _saw(request, b.lane, b.machine_id, None)
+    return _v1(await request.app[SERVICE_KEY].status(b.lane, b.include_receipts))
+
+
+async def history(request: web.Request) -> web.Response:
+    b: S.HistoryBody = await _body(request, S.HistoryBody)
+    _saw(request, b.lane, b.machine_id, None)
+    return _v1(await request.app[SERVICE_KEY].history(b.lane, b.limit, b.project))
+
+
+def _query_lane(request: web.Request, required: bool) -> str | None:
+    lane = request.query.get("lane")
+    if lane is None or lane == "":
+        if required:
+            raise BadRequest("lane: required query parameter")
+        return None
+    parse_lane(lane)
+    return lane
+
+
+def _query_int(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name}: must be an integer") from None
+    if not lo <= value <= hi:
+        raise BadRequest(f"{name}: must be between {lo} and {hi}")
+    return value
+
+
+async def list_lanes(request: web.Request) -> web.Response:
+    return _v1(await request.app[SERVICE_KEY].lanes())
+
+
+async def list_incidents(request: web.Request) -> web.Response:
+    lane = _query_lane(request, required=False)
+    limit = _query_int(request, "limit", DEFAULT_INCIDENTS_LIMIT, 1, MAX_INCIDENTS_LIMIT)
+    return _v1(await request.app[SERVICE_KEY].incidents(lane, limit))
+
+
+async def list_machines(request: web.Request) -> web.Response:
+    clock: Clock = request.app[CLOCK_KEY]  # type: ignore[assignment]
+    now = clock.now()
+    return _v1({"machines": request.app[PRESENCE_KEY].view(now), "now": now})
+
+
+async def evidence(request: web.Request) -> web.Response:
+    lane = _query_lane(request, required=True)
+    assert lane is not None
+    ticket_id = request.query.get("ticketId") or None
+    return _v1(await request.app[SERVICE_KEY].evidence(lane, ticket_id))
+
+
+async def dashboard(request: web.Request) -> web.Response:
+    raise web.HTTPFound("/control-room")
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return _json({"ok": True})
+
+
+def control_room_html() -> bytes:
+    page = resources.files("coordinator.http") / "static" / "control-room.html"
+    return page.read_bytes()
+
+
+async def control_room(request: web.Request) -> web.Response:
+    return web.Response(
+        body=control_room_html(),
+        content_type="text/html",
+        charset="utf-8",
+        headers={
+            "Content-Security-Policy": (
+                "default-src 'none'; script-src 'self' 'unsafe-inline'; "
+                "style-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; "
+                "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+            ),
+            "Cache-Control": "no-store",
+            "Referrer-Policy": "no-referrer",
+            "X-Content-Type-Options": "nosniff",
+        },
+    )
+
+
+# ---------------------------------------------------------------- factory
+
+
+def create_app(
+    config: Config,
+    tokens: list[bytes],
+    data_dir: Path,
+    clock: Clock | None = None,
+) -> web.Application:
+    clock = clock or SystemClock()
+    app = web.Application(
+        middlewares=[error_middleware, auth_middleware],
+        client_max_size=config.max_body_bytes,
+    )
+    registry = LaneRegistry(config, data_dir, clock)
+    app[CONFIG_KEY] = config
+    app[TOKENS_KEY] = tokens
+    app[CLOCK_KEY] = clock
+    app[REGISTRY_KEY] = registry
+    app[SERVICE_KEY] = LaneService(registry, clock)
+    app[PRESENCE_KEY] = Presence()
+
+    for name, handler in (
+        ("acquire", acquire),
+        ("await", await_),
+        ("heartbeat", heartbeat),
+        ("release", release),
+        ("receipt", receipt),
+        ("status", status),
+        ("history", history),
+        ("cooldown", cooldown),
+    ):
+        app.router.add_post(f"/v1/lanes/{name}", handler, name=f"lanes_{name}_op")
+    app.router.add_get("/v1/lanes", list_lanes, name="lanes")
+    app.router.add_get("/v1/incidents", list_incidents, name="incidents")
+    app.router.add_get("/v1/machines", list_machines, name="machines")
+    app.router.add_get("/v1/evidence", evidence, name="evidence")
+    app.router.add_get("/v1/dashboard", dashboard, name="dashboard")
+    app.router.add_get("/healthz", healthz, name="healthz")
+    app.router.add_get("/control-room", control_room, name="control-room")
+
+    async def on_startup(app: web.Application) -> None:
+        await app[REGISTRY_KEY].start()
+        log.info("coordinator.started", version=__version__, data_dir=str(data_dir))
+
+    async def on_cleanup(app: web.Application) -> None:
+        await app[REGISTRY_KEY].stop()
+        log.info("coordinator.stopped")
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    return app

@@ -1,0 +1,1 @@
+"""Storage: every SQL statement of the coordinator lives in this package."""

@@ -1,0 +1,36 @@
+"""The store contract the actor and the local queue rely on (SQLite now, PostgreSQL later)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from coordinator.core.model import Change, Incident, LaneSnapshot, Receipt, Ticket
+
+
+class LaneStore(Protocol):
+    """Synchronous calls; the actor runs them on a store thread, one at a time per lane."""
+
+    def open(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def load(self, lane: str) -> LaneSnapshot: ...
+
+    def apply(self, changes: Sequence[Change]) -> None:
+        """Persist every change in one durable transaction, or none of them."""
+        ...
+
+    def get_ticket(self, ticket_id: str) -> Ticket | None: ...
+
+    def get_receipt(self, receipt_id: str) -> Receipt | None: ...
+
+    def recent_receipts(self, limit: int) -> list[Receipt]: ...
+
+    def receipts_for_ticket(self, ticket_id: str) -> list[Receipt]: ...
+
+    def history(self, limit: int, project: str | None) -> list[Ticket]: ...
+
+    def history_count(self) -> int: ...
+
+    def incidents(self, limit: int) -> list[tuple[int, Incident]]: ...
