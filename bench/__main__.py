@@ -60,11 +60,24 @@ def server(kind: str, tmp: Path) -> Iterator[str]:
         cfg = tmp / "bench.toml"
         cfg.write_text(CONFIG)
         data = tmp / f"data-{port}"
-        cmd = [sys.executable, "-m", "coordinator.cli", "serve", "--port", str(port),
-               "--data-dir", str(data), "--config", str(cfg), "--log-level", "warning"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "coordinator.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(data),
+            "--config",
+            str(cfg),
+            "--log-level",
+            "warning",
+        ]
     else:
         cmd = [sys.executable, "-m", "bench.bare_server", str(port)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=(tmp / f"{kind}-{port}.log").open("wb"))
+    log = (tmp / f"{kind}-{port}.log").open("wb")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -79,6 +92,7 @@ def server(kind: str, tmp: Path) -> Iterator[str]:
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+        log.close()
 
 
 class Api:
@@ -88,8 +102,9 @@ class Api:
 
     async def post(self, op: str, **body: Any) -> dict[str, Any]:
         body["protocolVersion"] = 1
-        async with self.s.post(f"{self.url}/v1/lanes/{op}", json=body,
-                               headers={"Authorization": f"Bearer {TOKEN}"}) as r:
+        async with self.s.post(
+            f"{self.url}/v1/lanes/{op}", json=body, headers={"Authorization": f"Bearer {TOKEN}"}
+        ) as r:
             data: dict[str, Any] = await r.json()
             if r.status >= 400:
                 raise RuntimeError(f"{op}: {r.status} {data}")
@@ -104,11 +119,21 @@ async def cycles(url: str, lane: str) -> float:
 
         async def worker(w: int) -> None:
             for i in range(per):
-                a = await api.post("acquire", lane=lane, machineId=f"m{w}", project=f"p{w}",
-                                   scene="s", promptHash=f"h{w}-{i}")
-                await api.post("release", lane=lane, machineId=f"m{w}",
-                               ticketId=a.get("ticket", {}).get("ticketId", "x"),
-                               outcome="completed")
+                a = await api.post(
+                    "acquire",
+                    lane=lane,
+                    machineId=f"m{w}",
+                    project=f"p{w}",
+                    scene="s",
+                    promptHash=f"h{w}-{i}",
+                )
+                await api.post(
+                    "release",
+                    lane=lane,
+                    machineId=f"m{w}",
+                    ticketId=a.get("ticket", {}).get("ticketId", "x"),
+                    outcome="completed",
+                )
 
         await worker(999)  # warm up the lane (open, migrate)
         t0 = time.perf_counter()
@@ -123,17 +148,25 @@ async def wake_gap(url: str) -> list[float]:
         api = Api(s, url)
         lane = "bench:wake"
         for i in range(WAKE_SAMPLES):
-            a = await api.post("acquire", lane=lane, machineId="A", project="a", scene="s",
-                               promptHash=f"a{i}")
-            b = await api.post("acquire", lane=lane, machineId="B", project="b", scene="s",
-                               promptHash=f"b{i}")
+            a = await api.post(
+                "acquire", lane=lane, machineId="A", project="a", scene="s", promptHash=f"a{i}"
+            )
+            b = await api.post(
+                "acquire", lane=lane, machineId="B", project="b", scene="s", promptHash=f"b{i}"
+            )
             tb = b["ticket"]["ticketId"]
             waiter = asyncio.create_task(
-                api.post("await", lane=lane, machineId="B", ticketId=tb, waitSeconds=30))
+                api.post("await", lane=lane, machineId="B", ticketId=tb, waitSeconds=30)
+            )
             await asyncio.sleep(0.01)  # let the await park
             t0 = time.perf_counter()
-            await api.post("release", lane=lane, machineId="A",
-                           ticketId=a["ticket"]["ticketId"], outcome="completed")
+            await api.post(
+                "release",
+                lane=lane,
+                machineId="A",
+                ticketId=a["ticket"]["ticketId"],
+                outcome="completed",
+            )
             r = await waiter
             out.append((time.perf_counter() - t0) * 1000)
             assert r["granted"], r
@@ -150,14 +183,27 @@ async def alarm_lateness(url: str) -> list[float]:
         async def one(i: int) -> None:
             lane = f"bench:alarm-{i}"
             await asyncio.sleep(i * 0.02)  # spread expiries
-            a = await api.post("acquire", lane=lane, machineId="A", project="a", scene="s",
-                               promptHash="a", leaseSeconds=15)
-            b = await api.post("acquire", lane=lane, machineId="B", project="b", scene="s",
-                               promptHash="b")
+            a = await api.post(
+                "acquire",
+                lane=lane,
+                machineId="A",
+                project="a",
+                scene="s",
+                promptHash="a",
+                leaseSeconds=15,
+            )
+            b = await api.post(
+                "acquire", lane=lane, machineId="B", project="b", scene="s", promptHash="b"
+            )
             expires = a["ticket"]["leaseExpiresAt"]
             while True:
-                r = await api.post("await", lane=lane, machineId="B",
-                                   ticketId=b["ticket"]["ticketId"], waitSeconds=30)
+                r = await api.post(
+                    "await",
+                    lane=lane,
+                    machineId="B",
+                    ticketId=b["ticket"]["ticketId"],
+                    waitSeconds=30,
+                )
                 if r["ticket"]["state"] != "queued":
                     break
             out.append((time.time() - expires) * 1000)
@@ -174,21 +220,40 @@ async def latency_vs_queue(url: str) -> dict[int, tuple[float, float]]:
         api = Api(s, url)
         for n in (10, BIG_QUEUE):
             lane = f"bench:q{n}"
-            await api.post("acquire", lane=lane, machineId="H", project="h", scene="s",
-                           promptHash="holder", leaseSeconds=3600)
+            await api.post(
+                "acquire",
+                lane=lane,
+                machineId="H",
+                project="h",
+                scene="s",
+                promptHash="holder",
+                leaseSeconds=3600,
+            )
             sem = asyncio.Semaphore(64)
 
-            async def fill(i: int, lane: str = lane) -> None:
+            async def fill(i: int, lane: str = lane, sem: asyncio.Semaphore = sem) -> None:
                 async with sem:
-                    await api.post("acquire", lane=lane, machineId=f"m{i % 7}",
-                                   project=f"p{i % 5}", scene="s", promptHash=f"f{i}")
+                    await api.post(
+                        "acquire",
+                        lane=lane,
+                        machineId=f"m{i % 7}",
+                        project=f"p{i % 5}",
+                        scene="s",
+                        promptHash=f"f{i}",
+                    )
 
             await asyncio.gather(*(fill(i) for i in range(n)))
             acq, st = [], []
             for i in range(LAT_SAMPLES):
                 t0 = time.perf_counter()
-                await api.post("acquire", lane=lane, machineId="x", project=f"p{i % 5}",
-                               scene="s", promptHash=f"probe{i}")
+                await api.post(
+                    "acquire",
+                    lane=lane,
+                    machineId="x",
+                    project=f"p{i % 5}",
+                    scene="s",
+                    promptHash=f"probe{i}",
+                )
                 acq.append((time.perf_counter() - t0) * 1000)
                 t0 = time.perf_counter()
                 await api.post("status", lane=lane)
@@ -200,26 +265,36 @@ async def latency_vs_queue(url: str) -> dict[int, tuple[float, float]]:
 async def main() -> None:
     with tempfile.TemporaryDirectory(prefix="lane-bench-") as tmpd:
         tmp = Path(tmpd)
-        print(f"# lane-coordinator bench  (concurrency {CONCURRENCY}, {CYCLES} cycles, "
-              f"{os.cpu_count()} cpus, data in {tmp})")
+        print(
+            f"# lane-coordinator bench  (concurrency {CONCURRENCY}, {CYCLES} cycles, "
+            f"{os.cpu_count()} cpus, data in {tmp})"
+        )
         with server("bare", tmp) as url:
             bare = await cycles(url, "bench:bare")
         with server("coordinator", tmp) as url:
             durable = await cycles(url, "bench:cycles")
-            print(f"1. acquire+release cycles/s: coordinator {durable:.0f}, bare aiohttp "
-                  f"{bare:.0f}, ratio {durable / bare:.2f}x (target >= 0.7x)")
+            print(
+                f"1. acquire+release cycles/s: coordinator {durable:.0f}, bare aiohttp "
+                f"{bare:.0f}, ratio {durable / bare:.2f}x (target >= 0.7x)"
+            )
             wake = await wake_gap(url)
-            print(f"2. release -> await returns: p50 {pct(wake, 50):.1f} ms, "
-                  f"p99 {pct(wake, 99):.1f} ms (n={len(wake)}, includes the release round "
-                  "trip; target p99 < 20 ms)")
+            print(
+                f"2. release -> await returns: p50 {pct(wake, 50):.1f} ms, "
+                f"p99 {pct(wake, 99):.1f} ms (n={len(wake)}, includes the release round "
+                "trip; target p99 < 20 ms)"
+            )
             late = await alarm_lateness(url)
-            print(f"3. lease expiry -> promotion seen by the waiter: p50 {pct(late, 50):.1f} ms, "
-                  f"p99 {pct(late, 99):.1f} ms (n={len(late)}; target p99 < 50 ms)")
+            print(
+                f"3. lease expiry -> promotion seen by the waiter: p50 {pct(late, 50):.1f} ms, "
+                f"p99 {pct(late, 99):.1f} ms (n={len(late)}; target p99 < 50 ms)"
+            )
             lat = await latency_vs_queue(url)
             (a10, s10), (abig, sbig) = lat[10], lat[BIG_QUEUE]
-            print(f"4. p50 latency with 10 vs {BIG_QUEUE} queued: acquire {a10:.2f} -> "
-                  f"{abig:.2f} ms ({abig / a10:.2f}x), status {s10:.2f} -> {sbig:.2f} ms "
-                  f"({sbig / s10:.2f}x); status lists at most 200 queued")
+            print(
+                f"4. p50 latency with 10 vs {BIG_QUEUE} queued: acquire {a10:.2f} -> "
+                f"{abig:.2f} ms ({abig / a10:.2f}x), status {s10:.2f} -> {sbig:.2f} ms "
+                f"({sbig / s10:.2f}x); status lists at most 200 queued"
+            )
 
 
 if __name__ == "__main__":
