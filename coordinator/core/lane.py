@@ -204,7 +204,10 @@ class LaneCore:
     def _slot_free_times(self, now: float) -> list[float]:
         h = self.hold_estimate()
         cap = max(self.settings.capacity, 1)
-        remaining = sorted(max(0.0, h - (now - (t.held_at or now))) for t in self.held.values())
+        remaining = sorted(
+            max(0.0, h - (now - (now if t.held_at is None else t.held_at)))
+            for t in self.held.values()
+        )
         extra = max(0, len(remaining) - cap)
         padded = [0.0] * max(0, cap - len(remaining)) + remaining
         return padded[extra:] if extra else padded
