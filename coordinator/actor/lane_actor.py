@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from coordinator.constants import MAILBOX_BATCH_MAX
 from coordinator.core.lane import LaneCore
 from coordinator.core.model import Effects, LaneSettings
 from coordinator.errors import LaneError, StoreError, Unavailable
+from coordinator.metrics import NULL_METRICS, LaneObserver
 from coordinator.store.base import LaneStore
 
 T = TypeVar("T")
@@ -68,12 +70,14 @@ class LaneActor:
         store: LaneStore,
         executor: Executor,
         clock: Clock,
+        metrics: LaneObserver = NULL_METRICS,
     ) -> None:
         self.lane = lane
         self.settings = settings
         self.store = store
         self.executor = executor
         self.clock = clock
+        self.metrics = metrics
         self.core: LaneCore | None = None
         self._mailbox: asyncio.Queue[tuple[Job, asyncio.Future[Any]] | None] = asyncio.Queue()
         self._loop_task: asyncio.Task[None] | None = None
@@ -196,6 +200,7 @@ class LaneActor:
         fx, pending = self._pending_fx, self._pending
         self._pending_fx, self._pending = Effects(), []
         if fx.changes:
+            started = time.perf_counter()  # a duration, not the wall clock
             try:
                 await self._run(self.store.apply, fx.changes)
             except Exception as exc:
@@ -206,8 +211,10 @@ class LaneActor:
                         p.future.set_exception(Unavailable(f"lane store unavailable: {err}"))
                 await self._reload()
                 return
+            self._observe(fx, len(pending), time.perf_counter() - started)
             for ch in fx.changes:
                 _log_change(self.lane, ch)
+        self._observe(None)
         for p in pending:
             if p.future.done():
                 continue
@@ -216,6 +223,19 @@ class LaneActor:
             else:
                 p.future.set_result(p.result)
         self._wake(fx)
+
+    def _observe(self, fx: Effects | None, operations: int = 0, seconds: float = 0.0) -> None:
+        """Tell the metrics observer what was committed (fx) or, with None, how the lane
+        stands now. Its failure is logged and never fails a reply."""
+        try:
+            if fx is not None:
+                self.metrics.committed(self.lane, fx, operations, seconds)
+            elif self.core is not None:
+                c = self.core
+                paused = c.paused(self.clock.now())
+                self.metrics.lane_state(self.lane, len(c.held), c.queued_count(), paused)
+        except Exception as exc:
+            log.error("lane.metrics_failed", lane=self.lane, error=type(exc).__name__)
 
     async def _reload(self) -> None:
         try:

@@ -14,6 +14,7 @@ from coordinator.actor.lane_actor import LaneActor
 from coordinator.clock import Clock
 from coordinator.config import Config
 from coordinator.constants import JANITOR_INTERVAL_SECONDS, LANE_IDLE_CLOSE_SECONDS, STORE_THREADS
+from coordinator.metrics import NULL_METRICS, LaneObserver
 from coordinator.names import lane_file_name, lane_from_file_name
 from coordinator.store.sqlite import SqliteLaneStore
 
@@ -21,10 +22,13 @@ log = structlog.get_logger("coordinator.registry")
 
 
 class LaneRegistry:
-    def __init__(self, config: Config, data_dir: Path, clock: Clock) -> None:
+    def __init__(
+        self, config: Config, data_dir: Path, clock: Clock, metrics: LaneObserver = NULL_METRICS
+    ) -> None:
         self.config = config
         self.data_dir = data_dir
         self.clock = clock
+        self.metrics = metrics
         self.executor = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="lane-store")
         self._actors: dict[str, LaneActor] = {}
         self._opening: dict[str, asyncio.Task[LaneActor]] = {}
@@ -83,7 +87,7 @@ class LaneRegistry:
         settings = self.config.lane_settings(lane)
         assert settings is not None
         store = SqliteLaneStore(self.path_for(lane), lane)
-        actor = LaneActor(lane, settings, store, self.executor, self.clock)
+        actor = LaneActor(lane, settings, store, self.executor, self.clock, self.metrics)
         await actor.start()
         self._actors[lane] = actor
         log.info("lane.opened", lane=lane)

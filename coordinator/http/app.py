@@ -38,13 +38,16 @@ from coordinator.errors import (
     LaneError,
     NotFound,
     PayloadTooLarge,
+    ReceiptConflict,
     Unauthorized,
     Unavailable,
     UnsupportedMediaType,
     UnsupportedProtocol,
 )
 from coordinator.http import schemas as S
+from coordinator.http.openapi import openapi_bytes
 from coordinator.http.presence import Presence
+from coordinator.metrics import CONTENT_TYPE, Metrics
 from coordinator.names import parse_lane
 from coordinator.service import LaneService, new_ticket_id
 
@@ -56,6 +59,7 @@ CLOCK_KEY = web.AppKey("clock", object)
 REGISTRY_KEY = web.AppKey("registry", LaneRegistry)
 SERVICE_KEY = web.AppKey("service", LaneService)
 PRESENCE_KEY = web.AppKey("presence", Presence)
+METRICS_KEY = web.AppKey("metrics", Metrics)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -117,6 +121,13 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             path=request.path,
             status=status,
             ms=round((time.perf_counter() - started) * 1000, 2),
+        )
+        resource = request.match_info.route.resource  # canonical path: bounded labels
+        request.app[METRICS_KEY].http_request(
+            resource.canonical if resource is not None else None,
+            request.method,
+            status,
+            time.perf_counter() - started,
         )
 
 
@@ -246,7 +257,13 @@ async def receipt(request: web.Request) -> web.Response:
         content_hash=b.content_hash,
         computed_hash=content_hash(canonical),
     )
-    status, reply = await request.app[SERVICE_KEY].receipt(b.lane, cmd)
+    try:
+        status, reply = await request.app[SERVICE_KEY].receipt(b.lane, cmd)
+    except ReceiptConflict:
+        request.app[METRICS_KEY].receipt_verdict("conflict")
+        raise
+    if reply.get("replay") is True:
+        request.app[METRICS_KEY].receipt_verdict("replay")
     return _v1(reply, status)
 
 
@@ -319,6 +336,15 @@ async def dashboard(request: web.Request) -> web.Response:
     raise web.HTTPFound("/control-room")
 
 
+async def metrics(request: web.Request) -> web.Response:
+    body = request.app[METRICS_KEY].render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+async def openapi_json(request: web.Request) -> web.Response:
+    return web.Response(body=openapi_bytes(), content_type="application/json")
+
+
 async def healthz(request: web.Request) -> web.Response:
     return _json({"ok": True})
 
@@ -360,7 +386,8 @@ def create_app(
         middlewares=[error_middleware, auth_middleware],
         client_max_size=config.max_body_bytes,
     )
-    registry = LaneRegistry(config, data_dir, clock)
+    app[METRICS_KEY] = Metrics()  # a registry per app: several apps never share series
+    registry = LaneRegistry(config, data_dir, clock, app[METRICS_KEY])
     app[CONFIG_KEY] = config
     app[TOKENS_KEY] = tokens
     app[CLOCK_KEY] = clock
@@ -385,6 +412,8 @@ def create_app(
     app.router.add_get("/v1/evidence", evidence, name="evidence")
     app.router.add_get("/v1/dashboard", dashboard, name="dashboard")
     app.router.add_get("/healthz", healthz, name="healthz")
+    app.router.add_get("/metrics", metrics, name="metrics")  # bearer: see auth_middleware
+    app.router.add_get("/openapi.json", openapi_json, name="openapi")  # public
     app.router.add_get("/control-room", control_room, name="control-room")
 
     async def on_startup(app: web.Application) -> None:

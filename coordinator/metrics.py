@@ -1,0 +1,206 @@
+"""Prometheus metrics, fed by a small observer interface so the lane core stays pure.
+
+The lane actor tells its observer what it committed (`committed`: the batch's changes,
+how many operations it carried, how long the transaction took) and what the lane looks
+like afterwards (`lane_state`). Everything about a lane is derived from the committed
+changes, so a metric never counts something that was not durable. The HTTP layer adds
+request durations and the receipt verdicts that commit nothing (replay, conflict).
+
+Labels are bounded: `lane` (lanes are few), `outcome`/`verdict` (closed sets), the
+route's canonical path (never the raw path) and the method. Never a ticket, claim,
+machine or token.
+
+Each app owns one `Metrics` with its own `CollectorRegistry` (several apps in one
+process, as in the tests, never share series). `NULL_METRICS` is the default observer.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from coordinator.core.model import (
+    RELEASE_OUTCOMES,
+    Effects,
+    IncidentKind,
+    Outcome,
+    PutIncident,
+    PutReceipt,
+    PutTicket,
+    Ticket,
+    TicketState,
+)
+
+CONTENT_TYPE: Final = CONTENT_TYPE_LATEST  # text/plain; version=0.0.4; charset=utf-8
+
+RECEIPT_VERDICTS: Final = ("verified", "mismatch", "replay", "conflict")
+NO_OUTCOME: Final = "none"  # label of a release that named no outcome (SPEC §4.4: null)
+UNMATCHED_ROUTE: Final = "unmatched"  # label of a request that matched no route
+_METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+# Buckets (seconds unless named otherwise).
+WAIT_BUCKETS: Final = (0.1, 1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
+HOLD_BUCKETS: Final = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 3600)
+HTTP_BUCKETS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+COMMIT_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
+BATCH_BUCKETS: Final = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # operations per transaction
+
+
+class LaneObserver(Protocol):
+    """What a lane actor reports. Called on the event loop, after a successful commit."""
+
+    def committed(self, lane: str, fx: Effects, operations: int, seconds: float) -> None: ...
+
+    def lane_state(self, lane: str, held: int, queued: int, paused: bool) -> None: ...
+
+
+class NullMetrics:
+    """The default observer: records nothing."""
+
+    def committed(self, lane: str, fx: Effects, operations: int, seconds: float) -> None:
+        return None
+
+    def lane_state(self, lane: str, held: int, queued: int, paused: bool) -> None:
+        return None
+
+
+NULL_METRICS: Final = NullMetrics()
+
+
+class Metrics:
+    """The coordinator's Prometheus metrics, in a registry of their own."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.grants = Counter("lanes_grants", "Tickets granted (queued -> held)", registry=r)
+        self.releases = Counter(
+            "lanes_releases",
+            "Tickets ended by a release call, by the outcome the driver reported",
+            ["outcome"],
+            registry=r,
+        )
+        self.expiries = Counter(
+            "lanes_expiries", "Held leases reaped by the alarm (not heartbeated)", registry=r
+        )
+        self.abandoned = Counter(
+            "lanes_abandoned", "Queued tickets ended by the alarm (waiter went silent)", registry=r
+        )
+        self.cooldowns = Counter(
+            "lanes_cooldowns", "Lane pauses started by a provider cooldown report", registry=r
+        )
+        self.receipts = Counter(
+            "lanes_receipts", "Receipt writes by verdict", ["verdict"], registry=r
+        )
+        self.queue_depth = Gauge("lanes_queue_depth", "Queued tickets", ["lane"], registry=r)
+        self.holders = Gauge("lanes_holders", "Held tickets", ["lane"], registry=r)
+        self.paused = Gauge("lanes_paused", "1 while the lane is paused", ["lane"], registry=r)
+        self.wait = Histogram(
+            "lanes_wait_seconds",
+            "Enqueue to grant, per granted ticket",
+            ["lane"],
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self.hold = Histogram(
+            "lanes_hold_seconds",
+            "Grant to release or expiry, per ended lease",
+            ["lane"],
+            buckets=HOLD_BUCKETS,
+            registry=r,
+        )
+        self.http = Histogram(
+            "lanes_http_request_duration_seconds",
+            "HTTP request duration by canonical route, method and status code",
+            ["route", "method", "code"],
+            buckets=HTTP_BUCKETS,
+            registry=r,
+        )
+        self.commit_batch = Histogram(
+            "lanes_commit_batch_size",
+            "Operations acknowledged by one lane transaction (group commit)",
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
+        self.commit_seconds = Histogram(
+            "lanes_commit_seconds",
+            "Duration of one lane transaction, fsync included",
+            buckets=COMMIT_BUCKETS,
+            registry=r,
+        )
+        # Closed label sets start at zero, so a rate() over them is defined from the start.
+        for outcome in (*RELEASE_OUTCOMES, NO_OUTCOME):
+            self.releases.labels(outcome=outcome)
+        for verdict in RECEIPT_VERDICTS:
+            self.receipts.labels(verdict=verdict)
+
+    # ---------------------------------------------------------------- LaneObserver
+
+    def committed(self, lane: str, fx: Effects, operations: int, seconds: float) -> None:
+        self.commit_batch.observe(operations)
+        self.commit_seconds.observe(seconds)
+        # A batch may write one ticket several times; the objects are the live records,
+        # so the last write is the ticket's state at commit.
+        tickets: dict[str, Ticket] = {}
+        expired: set[str] = set()
+        abandoned: set[str] = set()
+        late: set[str] = set()
+        for ch in fx.changes:
+            if isinstance(ch, PutTicket):
+                tickets[ch.ticket.ticket_id] = ch.ticket
+            elif isinstance(ch, PutIncident):
+                inc = ch.incident
+                if inc.kind == IncidentKind.LEASE_EXPIRED:
+                    expired.add(inc.ticket_id or "")
+                elif inc.kind == IncidentKind.WAITER_ABANDONED:
+                    abandoned.add(inc.ticket_id or "")
+                elif inc.kind == IncidentKind.LATE_RELEASE:
+                    late.add(inc.ticket_id or "")
+                elif inc.kind == IncidentKind.COOLDOWN_STARTED:
+                    self.cooldowns.inc()
+            elif isinstance(ch, PutReceipt):
+                verified = ch.receipt.content_hash_verified
+                self.receipts.labels(verdict="verified" if verified else "mismatch").inc()
+        for tid in fx.promoted:
+            self.grants.inc()
+            t = tickets.get(tid)
+            if t is not None and t.held_at is not None:
+                self.wait.labels(lane=lane).observe(max(0.0, t.held_at - t.enqueued_at))
+        self.expiries.inc(len(expired))
+        self.abandoned.inc(len(abandoned))
+        for tid, t in tickets.items():
+            if t.state not in (TicketState.DONE, TicketState.EXPIRED):
+                continue
+            if tid in late and tid not in expired:
+                continue  # a late release of a lease already counted as expired
+            if t.outcome == Outcome.EXPIRED:
+                self._hold(lane, t)
+            elif tid not in abandoned and t.state is TicketState.DONE:
+                self.releases.labels(outcome=t.outcome or NO_OUTCOME).inc()
+                self._hold(lane, t)
+
+    def _hold(self, lane: str, t: Ticket) -> None:
+        if t.held_at is not None and t.ended_at is not None:
+            self.hold.labels(lane=lane).observe(max(0.0, t.ended_at - t.held_at))
+
+    def lane_state(self, lane: str, held: int, queued: int, paused: bool) -> None:
+        self.holders.labels(lane=lane).set(held)
+        self.queue_depth.labels(lane=lane).set(queued)
+        self.paused.labels(lane=lane).set(1 if paused else 0)
+
+    # ---------------------------------------------------------------- HTTP layer
+
+    def receipt_verdict(self, verdict: str) -> None:
+        """Verdicts that commit nothing: `replay` (same hash again), `conflict` (409)."""
+        self.receipts.labels(verdict=verdict).inc()
+
+    def http_request(self, route: str | None, method: str, code: int, seconds: float) -> None:
+        self.http.labels(
+            route=route or UNMATCHED_ROUTE,
+            method=method if method in _METHODS else "other",
+            code=str(code),
+        ).observe(seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
