@@ -8,9 +8,8 @@ import hashlib
 from typing import Any
 
 import rfc8785
-from prometheus_client.parser import text_string_to_metric_families
-
 from conftest import TOKEN, Running, StartServer, make_config
+from prometheus_client.parser import text_string_to_metric_families
 
 SOLO = "solo:main"
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+from conftest import Running
 from openapi_spec_validator import validate
 
-from conftest import Running
 from coordinator.http import schemas as S
 
 SPEC_ERROR_CODES = {
