@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 import tempfile
 from pathlib import Path
 
+import structlog
 from aiohttp import web
 
 from coordinator import constants as C
@@ -18,6 +20,8 @@ from coordinator.errors import ConfigError, LaneError
 from coordinator.logs import configure_logging
 from coordinator.names import lane_from_file_name
 from coordinator.store.sqlite import SqliteLaneStore, copy_lane_file
+
+log = structlog.get_logger("coordinator.cli")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -54,7 +58,8 @@ def check(args: argparse.Namespace) -> int:
     lanes = []
     if data_dir.is_dir():
         lanes = [
-            (p, lane) for p in sorted(data_dir.iterdir())
+            (p, lane)
+            for p in sorted(data_dir.iterdir())
             if (lane := lane_from_file_name(p.name)) is not None
         ]
     with tempfile.TemporaryDirectory(prefix="lane-check-") as scratch:
@@ -97,7 +102,11 @@ async def _serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    print(f"lane-coordinator listening on http://{args.host}:{args.port}", file=sys.stderr)
+    # SIGHUP re-reads --token-file: rotation needs no restart (docs/operator.md).
+    with contextlib.suppress(NotImplementedError, AttributeError):
+        loop.add_signal_handler(signal.SIGHUP, _reload_tokens, args.token_file, app)
+    port = runner.addresses[0][1] if runner.addresses else args.port  # the real one for --port 0
+    print(f"lane-coordinator listening on http://{args.host}:{port}", file=sys.stderr)
     await stop.wait()
     try:
         await asyncio.wait_for(runner.cleanup(), timeout=C.SHUTDOWN_GRACE_SECONDS)
@@ -106,20 +115,38 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reload_tokens(token_file: Path | None, app: web.Application) -> None:
+    """SIGHUP: swap in the token file's tokens; on any problem keep the current ones."""
+    from coordinator.http.app import TOKENS_KEY
+
+    if token_file is None:
+        log.warning("auth.tokens_reload_skipped", reason="no --token-file; restart to change")
+        return
+    try:
+        tokens = load_tokens(token_file)
+    except ConfigError as exc:  # the message names the file and sizes, never a token
+        log.error("auth.tokens_reload_failed", error=str(exc), kept=len(app[TOKENS_KEY]))
+        return
+    app[TOKENS_KEY][:] = tokens  # the list auth reads on every request
+    log.info("auth.tokens_reloaded", count=len(tokens))
+
+
 def backup(args: argparse.Namespace) -> int:
+    """Online: a read-only SQLite backup of every lane file (one consistent snapshot per
+    file, writers keep going), written as NAME.partial and renamed when complete."""
     dest: Path = args.dest
+    if dest.resolve() == args.data_dir.resolve():
+        raise ConfigError("backup: DEST must not be the data dir")
     dest.mkdir(parents=True, exist_ok=True)
     count = 0
     for path in sorted(args.data_dir.iterdir()):
         lane = lane_from_file_name(path.name)
-        if lane is None:
+        if lane is None or not path.is_file():
             continue
-        store = SqliteLaneStore(path, lane)
-        store.open()
-        try:
-            store.backup_to(dest / path.name)
-        finally:
-            store.close()
+        partial = dest / (path.name + ".partial")
+        partial.unlink(missing_ok=True)
+        copy_lane_file(path, partial)
+        os.replace(partial, dest / path.name)
         count += 1
     print(f"ok: backed up {count} lane file(s) to {dest}")
     return 0
