@@ -140,7 +140,7 @@ class Running:
         path: str,
         *,
         json_body: Any = None,
-        data: bytes | None = None,
+        data: Any = None,
         token: str | None = TOKEN,
         headers: dict[str, str] | None = None,
         params: dict[str, str] | None = None,
@@ -190,7 +190,9 @@ StartServer = Callable[..., Awaitable[Running]]
 
 @pytest.fixture
 async def start_server(tmp_path: Path) -> AsyncIterator[StartServer]:
-    """Factory: `await start_server(clock=, config=, data_dir=)`; all stopped at teardown."""
+    """Factory: `await start_server(clock=, config=|**config_overrides, data_dir=, tokens=)`.
+
+    Every server started is stopped at teardown."""
     runners: list[tuple[web.AppRunner, aiohttp.ClientSession]] = []
 
     async def start(
@@ -198,9 +200,10 @@ async def start_server(tmp_path: Path) -> AsyncIterator[StartServer]:
         config: Config | None = None,
         data_dir: Path | None = None,
         tokens: list[bytes] | None = None,
+        **config_overrides: Any,
     ) -> Running:
         clock = clock if clock is not None else TestManualClock()
-        config = config if config is not None else make_config()
+        config = config if config is not None else make_config(**config_overrides)
         data_dir = data_dir if data_dir is not None else tmp_path / f"data{len(runners)}"
         app = create_app(config, tokens or [TOKEN.encode()], data_dir, clock)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)

@@ -26,9 +26,22 @@ ERROR_CODES = {
 }
 
 TICKET_KEYS = {
-    "ticketId", "lane", "state", "machineId", "claimId", "project", "scene", "promptHash",
-    "position", "etaSeconds", "enqueuedAt", "heldAt", "leaseExpiresAt", "heartbeatAt", "fence",
-}  # fmt: skip
+    "ticketId",
+    "lane",
+    "state",
+    "machineId",
+    "claimId",
+    "project",
+    "scene",
+    "promptHash",
+    "position",
+    "etaSeconds",
+    "enqueuedAt",
+    "heldAt",
+    "leaseExpiresAt",
+    "heartbeatAt",
+    "fence",
+}
 
 PHASES = ("lease-acquired", "references-applied", "provider-submitted", "provider-terminal")
 
@@ -82,9 +95,15 @@ def receipt_body(
     h = content_hash or jcs_hash(payload)
     rid = receipt_id or f"{ticket_id}:{phase}:{h.removeprefix('sha256:')[:16]}"
     return ticket_body(
-        lane, ticket_id, machine, claim, receiptId=rid, phase=phase, payload=payload,
+        lane,
+        ticket_id,
+        machine,
+        claim,
+        receiptId=rid,
+        phase=phase,
+        payload=payload,
         contentHash=h,
-    )  # fmt: skip
+    )
 
 
 def assert_error(r: Any, status: int, code: str, field_name: str | None = None) -> None:

@@ -15,8 +15,15 @@ if TYPE_CHECKING:
 async def test_first_acquire_is_granted_with_the_full_reply_shape(server: Running) -> None:
     r = await server.ok("acquire", acquire_body())
     assert set(r) == {
-        "coordinator", "lane", "enforced", "ticket", "granted", "duplicate", "owner", "pause",
-    }  # fmt: skip
+        "coordinator",
+        "lane",
+        "enforced",
+        "ticket",
+        "granted",
+        "duplicate",
+        "owner",
+        "pause",
+    }
     assert r["coordinator"] == "actor-sqlite"
     assert r["lane"] == SOLO and r["enforced"] is True
     assert r["granted"] is True and r["duplicate"] is False and r["pause"] is None
@@ -41,8 +48,10 @@ async def test_lease_seconds_is_honoured_and_bounded(server: Running) -> None:
     for bad in (14, 14.9, 3601, -1, "60", True):
         assert_error(
             await server.op("acquire", acquire_body(prompt="h9", leaseSeconds=bad)),
-            400, "bad-request", "leaseSeconds",
-        )  # fmt: skip
+            400,
+            "bad-request",
+            "leaseSeconds",
+        )
     r = await server.ok("acquire", acquire_body(lane=DUO, leaseSeconds=3600))
     assert r["ticket"]["leaseExpiresAt"] == server.clock.now() + 3600
 
@@ -228,5 +237,7 @@ async def test_position_in_acquire_reply_follows_the_simulated_order(server: Run
     assert b1["ticket"]["position"] == 1  # B never served: goes before A1
     status = await server.ok("status", {"lane": SOLO})
     assert [t["ticketId"] for t in status["queued"]] == [
-        b1["ticket"]["ticketId"], a1["ticket"]["ticketId"], a2["ticket"]["ticketId"],
-    ]  # fmt: skip
+        b1["ticket"]["ticketId"],
+        a1["ticket"]["ticketId"],
+        a2["ticket"]["ticketId"],
+    ]

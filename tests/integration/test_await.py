@@ -41,8 +41,15 @@ async def test_await_returns_on_grant(server: Running) -> None:
     r = await asyncio.wait_for(task, 10)
     assert r.status == 200
     assert set(r.body) == {
-        "coordinator", "lane", "enforced", "ticket", "granted", "duplicate", "owner", "pause",
-    }  # fmt: skip
+        "coordinator",
+        "lane",
+        "enforced",
+        "ticket",
+        "granted",
+        "duplicate",
+        "owner",
+        "pause",
+    }
     assert r["coordinator"] == "actor-sqlite"
     assert r["ticket"]["ticketId"] == b and r["ticket"]["state"] == "held"
     assert r["granted"] is True and r["duplicate"] is False

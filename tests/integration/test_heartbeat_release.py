@@ -29,9 +29,13 @@ async def test_heartbeat_refreshes_a_held_lease(server: Running) -> None:
     assert set(r) == HB_KEYS
     now = server.clock.now()
     assert r == {
-        "coordinator": "actor-sqlite", "refreshed": True, "state": "held",
-        "leaseExpiresAt": now + 60, "fence": t["fence"], "reason": None,
-    }  # fmt: skip
+        "coordinator": "actor-sqlite",
+        "refreshed": True,
+        "state": "held",
+        "leaseExpiresAt": now + 60,
+        "fence": t["fence"],
+        "reason": None,
+    }
     r = await server.ok("heartbeat", ticket_body(SOLO, t["ticketId"], leaseSeconds=120))
     assert r["leaseExpiresAt"] == now + 120
     st = await server.ok("status", {"lane": SOLO})
@@ -161,8 +165,12 @@ async def test_release_queued_by_its_owner(server: Running) -> None:
         "release", ticket_body(SOLO, q["ticketId"], "mB", "cB", outcome="abandoned")
     )
     assert (r["released"], r["state"], r["outcome"], r["promoted"], r["reason"]) == (
-        True, "done", "abandoned", [], None,
-    )  # fmt: skip
+        True,
+        "done",
+        "abandoned",
+        [],
+        None,
+    )
     st = await server.ok("status", {"lane": SOLO})
     assert st["queued"] == []
     hist = await server.ok("history", {"lane": SOLO})
@@ -178,8 +186,11 @@ async def test_late_release_after_expiry_keeps_expired_and_records_late_outcome(
         "release", ticket_body(SOLO, t["ticketId"], outcome="completed", providerJobId="j9")
     )
     assert (r["released"], r["state"], r["outcome"], r["reason"]) == (
-        False, "done", "expired", "expired",
-    )  # fmt: skip
+        False,
+        "done",
+        "expired",
+        "expired",
+    )
     assert r["promoted"] == []
     hist = await server.ok("history", {"lane": SOLO})
     [row] = hist["entries"]
@@ -189,8 +200,11 @@ async def test_late_release_after_expiry_keeps_expired_and_records_late_outcome(
     # the second late release: already done
     r = await server.ok("release", ticket_body(SOLO, t["ticketId"], outcome="failed"))
     assert (r["released"], r["state"], r["outcome"], r["reason"]) == (
-        False, "done", "expired", "already-done",
-    )  # fmt: skip
+        False,
+        "done",
+        "expired",
+        "already-done",
+    )
     hist = await server.ok("history", {"lane": SOLO})
     assert hist["entries"][0]["lateOutcome"] == "completed"
     inc = await server.get("/v1/incidents", params={"lane": SOLO})
@@ -204,8 +218,11 @@ async def test_release_already_done_changes_nothing(server: Running) -> None:
     server.clock.advance(5)
     r = await server.ok("release", ticket_body(SOLO, t["ticketId"], outcome="failed", note="n2"))
     assert (r["released"], r["state"], r["outcome"], r["reason"]) == (
-        False, "done", "completed", "already-done",
-    )  # fmt: skip
+        False,
+        "done",
+        "completed",
+        "already-done",
+    )
     hist = await server.ok("history", {"lane": SOLO})
     [row] = hist["entries"]
     assert (row["outcome"], row["note"], row["lateOutcome"]) == ("completed", "n1", None)
@@ -241,10 +258,10 @@ async def test_release_field_validation(server: Running) -> None:
     ):
         r = await server.op("release", ticket_body(SOLO, tid, **kw))
         assert_error(r, 400, "bad-request", name)
-    r = await server.ok(
+    ok = await server.ok(
         "release", ticket_body(SOLO, tid, outcome=None, providerJobId="j" * 256, note="n" * 500)
     )
-    assert r["released"] is True
+    assert ok["released"] is True
 
 
 async def test_release_unknown_ticket_is_404(server: Running) -> None:
@@ -254,8 +271,14 @@ async def test_release_unknown_ticket_is_404(server: Running) -> None:
 
 async def test_every_release_outcome_is_accepted(server: Running) -> None:
     outcomes = [
-        "completed", "failed", "timeout", "lease-lost", "not-submitted", "slot-busy", "abandoned",
-    ]  # fmt: skip
+        "completed",
+        "failed",
+        "timeout",
+        "lease-lost",
+        "not-submitted",
+        "slot-busy",
+        "abandoned",
+    ]
     for i, outcome in enumerate(outcomes):
         t = await _acquire(server, prompt=f"o{i}")
         r = await server.ok("release", ticket_body(SOLO, t["ticketId"], outcome=outcome))

@@ -37,15 +37,19 @@ async def test_new_receipt_is_201_then_replay_200_then_conflict_409(server: Runn
     r = await server.op("receipt", body)
     assert r.status == 201, r.text
     assert r.body == {
-        "coordinator": "actor-sqlite", "stored": True, "replay": False,
+        "coordinator": "actor-sqlite",
+        "stored": True,
+        "replay": False,
         "contentHashVerified": True,
-    }  # fmt: skip
+    }
     r = await server.op("receipt", body)
     assert r.status == 200
     assert r.body == {
-        "coordinator": "actor-sqlite", "stored": False, "replay": True,
+        "coordinator": "actor-sqlite",
+        "stored": False,
+        "replay": True,
         "contentHashVerified": True,
-    }  # fmt: skip
+    }
     # same receiptId, another contentHash (the id's hash part need not match it)
     other = dict(body, payload={"refs": 4}, contentHash=jcs_hash({"refs": 4}))
     assert_error(await server.op("receipt", other), 409, "receipt-conflict", "receiptId")
@@ -61,8 +65,10 @@ async def test_every_phase_is_accepted(server: Running) -> None:
         assert r.status == 201, r.text
     assert_error(
         await server.op("receipt", receipt_body(SOLO, tid, phase="provider-started")),
-        400, "bad-request", "phase",
-    )  # fmt: skip
+        400,
+        "bad-request",
+        "phase",
+    )
 
 
 async def test_writer_must_be_the_holder_machine(server: Running) -> None:
@@ -133,8 +139,12 @@ async def test_hash_mismatch_is_stored_and_flagged(server: Running) -> None:
 async def test_payload_over_32_kib_is_400(server: Running) -> None:
     tid = await _held(server)
     big = {"blob": "x" * (32 * 1024)}
-    assert_error(await server.op("receipt", receipt_body(SOLO, tid, payload=big)), 400,
-                 "bad-request", "payload")  # fmt: skip
+    assert_error(
+        await server.op("receipt", receipt_body(SOLO, tid, payload=big)),
+        400,
+        "bad-request",
+        "payload",
+    )
     ok = {"blob": "x" * (32 * 1024 - 20)}  # canonical form {"blob":"..."} is 32 KiB - 9
     r = await server.op("receipt", receipt_body(SOLO, tid, payload=ok))
     assert r.status == 201, r.text
@@ -148,9 +158,11 @@ async def test_integers_beyond_2_53_are_400(server: Running, number: str) -> Non
         '{"n": 1}', '{"n": ' + number + "}"
     )
     r = await server.request(
-        "POST", "/v1/lanes/receipt", data=text_with_pv.encode(),
+        "POST",
+        "/v1/lanes/receipt",
+        data=text_with_pv.encode(),
         headers={"Content-Type": "application/json"},
-    )  # fmt: skip
+    )
     assert_error(r, 400, "bad-request", "payload")
 
 
@@ -210,13 +222,22 @@ async def test_server_verifies_rfc8785_hashes(
     ):
         rid = f"{tid}:{phase}:{h[7:23]}"
         head = json.dumps(
-            {"protocolVersion": 1, "lane": SOLO, "machineId": "mA", "ticketId": tid,
-             "receiptId": rid, "phase": phase, "contentHash": h}
-        )  # fmt: skip
+            {
+                "protocolVersion": 1,
+                "lane": SOLO,
+                "machineId": "mA",
+                "ticketId": tid,
+                "receiptId": rid,
+                "phase": phase,
+                "contentHash": h,
+            }
+        )
         text = head[:-1] + ', "payload": ' + raw + "}"
         r = await server.request(
-            "POST", "/v1/lanes/receipt", data=text.encode("utf-8"),
+            "POST",
+            "/v1/lanes/receipt",
+            data=text.encode("utf-8"),
             headers={"Content-Type": "application/json"},
-        )  # fmt: skip
+        )
         assert r.status == 201, (name, r.text)
         assert r["contentHashVerified"] is verdict, name
