@@ -1,0 +1,149 @@
+"""Client errors: one class per SPEC error code, transport failures, and the fail-closed one.
+
+Every message is composed here or taken from the coordinator's `error.message`; none of them
+carries a token, and none chains an aiohttp exception (their reprs include request headers).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class LaneClientError(Exception):
+    """A lane call failed. `code` is SPEC's error code (or a client-side one), `status` the
+    HTTP status (0 when there was no HTTP answer)."""
+
+    default_code: ClassVar[str] = "error"
+
+    def __init__(self, code: str | None = None, status: int = 0, message: str = "") -> None:
+        self.code = code or self.default_code
+        self.status = status
+        self.message = message or self.code
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        where = f"HTTP {self.status} " if self.status else ""
+        return f"{where}{self.code}: {self.message}"
+
+    def __repr__(self) -> str:
+        name = type(self).__name__
+        return f"{name}(code={self.code!r}, status={self.status}, message={self.message!r})"
+
+
+# ---- SPEC §4 error codes -------------------------------------------------------------
+
+
+class BadRequestError(LaneClientError):
+    default_code = "bad-request"
+
+
+class UnsupportedProtocolError(LaneClientError):
+    default_code = "unsupported-protocol"
+
+
+class UnauthorizedError(LaneClientError):
+    default_code = "unauthorized"
+
+
+class NotOwnerError(LaneClientError):
+    default_code = "not-owner"
+
+
+class NotHolderError(LaneClientError):
+    default_code = "not-holder"
+
+
+class NotFoundError(LaneClientError):
+    default_code = "not-found"
+
+
+class TicketNotHeldError(LaneClientError):
+    default_code = "ticket-not-held"
+
+
+class ReceiptConflictError(LaneClientError):
+    default_code = "receipt-conflict"
+
+
+class PayloadTooLargeError(LaneClientError):
+    default_code = "payload-too-large"
+
+
+class UnsupportedMediaTypeError(LaneClientError):
+    default_code = "unsupported-media-type"
+
+
+class UnavailableError(LaneClientError):
+    default_code = "unavailable"
+
+
+# ---- client-side failures ------------------------------------------------------------
+
+
+class CoordinatorUnreachableError(LaneClientError):
+    """No HTTP answer: connection refused, DNS, TLS, reset."""
+
+    default_code = "unreachable"
+
+
+class CoordinatorTimeoutError(LaneClientError):
+    default_code = "timeout"
+
+
+class MalformedReplyError(LaneClientError):
+    """The answer is not JSON, not the shape SPEC fixes, or has an unexpected status."""
+
+    default_code = "malformed-reply"
+
+
+class ConfigError(LaneClientError):
+    """Client configuration is missing or unusable (URL, token, machine id, state dir)."""
+
+    default_code = "config"
+
+
+class SyncedFolderError(ConfigError):
+    """The local queue's state dir is in a synced folder or on a network mount."""
+
+    default_code = "synced-state-dir"
+
+
+class PreProviderError(LaneClientError):
+    """Fail closed (LANE_REQUIRED=1): the lane could not be confirmed, so nothing may be
+    submitted to the provider. `cause` names why; `underlying` is the error it replaced
+    (None for missing configuration). CLI exit code 3."""
+
+    default_code = "pre-provider"
+
+    def __init__(self, cause: str, underlying: LaneClientError | None = None) -> None:
+        self.cause = cause
+        self.underlying = underlying
+        status = underlying.status if underlying is not None else 0
+        super().__init__("pre-provider", status, cause)
+
+    def __str__(self) -> str:
+        return f"pre-provider error (fail-closed, nothing was submitted): {self.cause}"
+
+
+BY_CODE: dict[str, type[LaneClientError]] = {
+    cls.default_code: cls
+    for cls in (
+        BadRequestError,
+        UnsupportedProtocolError,
+        UnauthorizedError,
+        NotOwnerError,
+        NotHolderError,
+        NotFoundError,
+        TicketNotHeldError,
+        ReceiptConflictError,
+        PayloadTooLargeError,
+        UnsupportedMediaTypeError,
+        UnavailableError,
+    )
+}
+
+
+def error_for(code: str, status: int, message: str) -> LaneClientError:
+    """The client error class for a SPEC error code (unknown codes keep the base class)."""
+    cls = BY_CODE.get(code, LaneClientError)
+    return cls(code, status, message)

@@ -1,0 +1,527 @@
+"""`LocalQueue`: the single-computer queue — the coordinator's own `LaneCore` run in-process
+against SQLite files in the state dir. Correct for many processes on ONE computer; never a
+cross-machine protocol (a synced or network state dir is refused).
+
+Layout and rules (docs/client.md, "Local queue"):
+- One SQLite file per lane in the state dir, named like the coordinator's data dir
+  (`route+account.sqlite`), with the coordinator's schema and migrations.
+- Every operation is one `BEGIN IMMEDIATE` transaction: load the lane's snapshot, build a
+  `LaneCore`, `advance(now)` (reap expired leases and abandoned waiters, end a due pause,
+  promote — these effects are kept even when the operation itself is refused), run the
+  operation, apply its changes, COMMIT. BEGIN IMMEDIATE serializes writers across processes.
+- Waiter keep-alives are written to the file (at most every KEEPALIVE_PERSIST_SECONDS per
+  ticket), because no process keeps the lane in memory between calls.
+- Every lane has capacity 1 unless `LANE_LOCAL_CAPACITY` (or `capacity=`) says otherwise.
+- `await` polls the file every `poll_interval` seconds (there are no cross-process wakeups).
+- Replies say `coordinator: "local-sqlite"`; there are no receipts: `receipt` answers
+  `stored: false`, and status has no receipt keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import msgspec
+
+from client.api import DEFAULT_COOLDOWN_REASON, LOCAL_KIND, PROTOCOL_VERSION, receipt_fields
+from client.clock import monotonic, wall
+from client.errors import (
+    BadRequestError,
+    ConfigError,
+    LaneClientError,
+    SyncedFolderError,
+    UnavailableError,
+    error_for,
+)
+from client.models import (
+    CooldownReply,
+    HeartbeatReply,
+    HistoryReply,
+    LaneReply,
+    Pause,
+    ReceiptReply,
+    ReleaseReply,
+    StatusReply,
+)
+from coordinator import constants as C
+from coordinator.core.commands import Acquire, Cooldown, Heartbeat, Release, TicketCall
+from coordinator.core.lane import LaneCore
+from coordinator.core.model import Effects, LaneSettings, PutTicket, Ticket, TicketState
+from coordinator.core.receipts import check_receipt_id
+from coordinator.core.views import history_row, outcome_counts
+from coordinator.errors import LaneError, StoreError
+from coordinator.http import schemas as S
+from coordinator.names import MACHINE_RE, lane_file_name, parse_lane
+from coordinator.store.sqlite import SqliteLaneStore
+
+DEFAULT_LOCAL_CAPACITY = 1
+LOCAL_AWAIT_POLL_SECONDS = 0.2
+KEEPALIVE_PERSIST_SECONDS = 10.0
+LOCAL_BUSY_TIMEOUT_MS = 30_000
+
+T = TypeVar("T")
+B = TypeVar("B", bound=S.Base)
+
+# File systems whose locking SQLite's WAL cannot rely on across machines.
+NETWORK_FS_TYPES = frozenset(
+    {
+        "nfs", "nfs4", "cifs", "smbfs", "smb2", "smb3", "afs", "ceph", "glusterfs", "lustre",
+        "gpfs", "9p", "ncpfs", "coda", "davfs", "sshfs", "fuse.sshfs", "fuse.rclone",
+        "fuse.s3fs", "fuse.gcsfuse", "fuse.glusterfs", "fuse.cephfs", "fuse.davfs2",
+        "fuse.goofys", "fuse.juicefs", "fuse.onedriver", "fuse.google-drive-ocamlfuse",
+        "fuse.dropbox", "fuse.keybase", "fuse.seaweedfs", "fuse.mfs", "fuse.smbnetfs",
+    }
+)  # fmt: skip
+SYNCED_HINT = (
+    "SQLite WAL is not a cross-machine protocol: keep the local queue's state dir on a local "
+    "disk (set LANE_STATE_DIR), or set LANE_COORDINATOR_URL to use the shared coordinator"
+)
+
+
+def _synced_name(parts: tuple[str, ...]) -> str | None:
+    low = [p.lower() for p in parts]
+    for i, part in enumerate(low):
+        if part == "dropbox" or part.startswith("dropbox (") or part == ".dropbox":
+            return "Dropbox"
+        if part.startswith("onedrive"):
+            return "OneDrive"
+        if part in ("google drive", "googledrive", "my drive") or part.startswith("googledrive-"):
+            return "Google Drive"
+        if part in ("icloud drive", "iclouddrive", "com~apple~clouddocs"):
+            return "iCloud Drive"
+        if part == "mobile documents" and i > 0 and low[i - 1] == "library":
+            return "iCloud Drive (Library/Mobile Documents)"
+        if part == "cloudstorage" and i > 0 and low[i - 1] == "library":
+            return "a cloud-synced folder (Library/CloudStorage)"
+    return None
+
+
+def _unescape_mount(field: str) -> str:
+    """/proc/mounts escapes space, tab, newline and backslash as octal (\\040 ...)."""
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and i + 4 <= len(field) and field[i + 1 : i + 4].isdigit():
+            out.append(chr(int(field[i + 1 : i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def mount_fstype(path: Path, mounts_text: str) -> tuple[str, str] | None:
+    """(mount point, fs type) of the mount holding `path`, from /proc/mounts text."""
+    target = str(path)
+    best: tuple[str, str] | None = None
+    for line in mounts_text.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        mp, fstype = _unescape_mount(fields[1]), fields[2]
+        inside = target == mp or target.startswith(mp.rstrip("/") + "/") or mp == "/"
+        if inside and (best is None or len(mp) >= len(best[0])):
+            best = (mp, fstype)
+    return best
+
+
+def synced_folder_reason(path: Path, mounts_text: str | None = None) -> str | None:
+    """Why `path` must not hold the local queue (a synced folder or a network mount), or None."""
+    candidates = [path.expanduser().absolute()]
+    with contextlib.suppress(OSError, RuntimeError):
+        candidates.append(path.expanduser().resolve())
+    for p in candidates:
+        name = _synced_name(p.parts)
+        if name is not None:
+            return f"{p} is inside {name}"
+    if mounts_text is None:
+        try:
+            mounts_text = Path("/proc/mounts").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            mounts_text = ""
+    for p in candidates:
+        found = mount_fstype(p, mounts_text)
+        if found is not None:
+            mp, fstype = found
+            if fstype in NETWORK_FS_TYPES or fstype.split(".", 1)[-1] in NETWORK_FS_TYPES:
+                return f"{p} is on a network mount ({fstype} at {mp})"
+    return None
+
+
+def check_state_dir(path: Path, mounts_text: str | None = None) -> None:
+    reason = synced_folder_reason(path, mounts_text)
+    if reason is not None:
+        raise SyncedFolderError(
+            message=f"local queue refused: LANE_STATE_DIR {reason}; {SYNCED_HINT}"
+        )
+
+
+def _validation_message(text: str) -> str:
+    msg, sep, where = text.rpartition(" - at `$.")
+    if sep:
+        return f"{where.rstrip('`')}: {msg}"
+    if text.startswith("Object missing required field") and "`" in text:
+        return f"{text.split('`')[1]}: required"
+    return text
+
+
+def _validate(schema: type[B], body: dict[str, Any]) -> B:
+    """The coordinator's own request schema, so local and shared refuse the same input."""
+    try:
+        b = msgspec.convert(body, schema)
+    except msgspec.ValidationError as exc:
+        raise BadRequestError(message=_validation_message(str(exc))) from None
+    try:
+        parse_lane(b.lane)
+    except LaneError as exc:
+        raise BadRequestError(message=exc.message) from None
+    return b
+
+
+def _client_error(exc: LaneError) -> LaneClientError:
+    return error_for(exc.code, exc.status, exc.message)
+
+
+Op = Callable[[LaneCore, float, SqliteLaneStore], tuple[T, Effects]]
+
+
+class LocalQueue:
+    """The local single-computer queue (see the module docstring)."""
+
+    kind = LOCAL_KIND
+
+    def __init__(
+        self,
+        state_dir: Path | str,
+        machine_id: str,
+        claim_id: str | None = None,
+        *,
+        capacity: int = DEFAULT_LOCAL_CAPACITY,
+        default_lease_seconds: float = C.DEFAULT_LEASE_SECONDS,
+        waiter_timeout_seconds: float = C.DEFAULT_WAITER_TIMEOUT_SECONDS,
+        default_hold_seconds: float = C.DEFAULT_HOLD_SECONDS,
+        history_retained: int = C.DEFAULT_HISTORY_RETAINED,
+        poll_interval: float = LOCAL_AWAIT_POLL_SECONDS,
+        clock: Callable[[], float] = wall,
+        mounts_text: str | None = None,
+    ) -> None:
+        self.state_dir = Path(state_dir).expanduser()
+        if not MACHINE_RE.match(machine_id or ""):
+            raise ConfigError(message="LANE_MACHINE_ID: must be 1-64 of [A-Za-z0-9._-]")
+        if claim_id is not None and not 1 <= len(claim_id) <= C.MAX_CLAIM_CHARS:
+            raise ConfigError(message=f"LANE_CLAIM: must be 1-{C.MAX_CLAIM_CHARS} characters")
+        if capacity < 1:
+            raise ConfigError(message="LANE_LOCAL_CAPACITY: must be at least 1")
+        check_state_dir(self.state_dir, mounts_text)
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            raise ConfigError(
+                message=f"LANE_STATE_DIR: cannot create {self.state_dir}: {exc.strerror}"
+            ) from None
+        self.machine_id = machine_id
+        self.claim_id = claim_id
+        self.capacity = capacity
+        self.poll_interval = poll_interval
+        self._clock = clock
+        self._settings = LaneSettings(
+            capacity=capacity,
+            default_lease_seconds=default_lease_seconds,
+            waiter_timeout_seconds=waiter_timeout_seconds,
+            default_hold_seconds=default_hold_seconds,
+            history_retained=history_retained,
+            incidents_retained=C.INCIDENTS_RETAINED,
+        )
+        self._stores: dict[str, SqliteLaneStore] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"LocalQueue(state_dir={str(self.state_dir)!r}, machine_id={self.machine_id!r}, "
+            f"claim_id={self.claim_id!r}, capacity={self.capacity})"
+        )
+
+    def path_for(self, lane: str) -> Path:
+        try:
+            return self.state_dir / lane_file_name(lane)
+        except LaneError as exc:
+            raise BadRequestError(message=exc.message) from None
+
+    async def __aenter__(self) -> LocalQueue:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        with self._lock:
+            for store in self._stores.values():
+                store.close()
+            self._stores.clear()
+
+    # ------------------------------------------------------------------ engine
+
+    def _store(self, lane: str) -> SqliteLaneStore:
+        store = self._stores.get(lane)
+        if store is None:
+            store = SqliteLaneStore(self.path_for(lane), lane)
+            store.open()
+            store.db.execute(f"PRAGMA busy_timeout = {LOCAL_BUSY_TIMEOUT_MS}")
+            self._stores[lane] = store
+        return store
+
+    def _run_sync(self, lane: str, op: Op[T]) -> T:
+        with self._lock:
+            try:
+                store = self._store(lane)
+                now = self._clock()
+                refused: LaneError | None = None
+                result: T | None = None
+                with store.transaction():
+                    snap = store.load(lane)
+                    seen = {t.ticket_id: t.last_seen_at for t in snap.live}
+                    # now=0.0: keep each waiter's persisted keep-alive (the coordinator's
+                    # "restart grants a full window" rule would make local waiters immortal).
+                    core = LaneCore(lane, self._settings, snap, 0.0)
+                    store.apply_in_transaction(core.advance(now).changes)
+                    try:
+                        result, fx = op(core, now, store)
+                    except LaneError as exc:
+                        refused, fx = exc, Effects()
+                    fx.changes.extend(self._keepalives(core, seen, fx))
+                    store.apply_in_transaction(fx.changes)
+            except StoreError as exc:
+                raise UnavailableError(message=f"local queue store: {exc.message}") from None
+            except sqlite3.Error as exc:
+                raise UnavailableError(
+                    message=f"local queue store {self.path_for(lane).name}: {type(exc).__name__}"
+                ) from None
+        if refused is not None:
+            raise _client_error(refused) from None
+        assert result is not None
+        return result
+
+    @staticmethod
+    def _keepalives(core: LaneCore, seen: dict[str, float], fx: Effects) -> list[PutTicket]:
+        written = {ch.ticket.ticket_id for ch in fx.changes if isinstance(ch, PutTicket)}
+        out = []
+        for tid, t in core.live.items():
+            if t.state is not TicketState.QUEUED or tid in written or tid not in seen:
+                continue
+            if t.last_seen_at - seen[tid] >= KEEPALIVE_PERSIST_SECONDS:
+                out.append(PutTicket(t))
+        return out
+
+    async def _run(self, lane: str, op: Op[T]) -> T:
+        return await asyncio.to_thread(self._run_sync, lane, op)
+
+    @staticmethod
+    def _ended(core: LaneCore, store: SqliteLaneStore, ticket_id: str) -> Ticket | None:
+        return None if ticket_id in core.live else store.get_ticket(ticket_id)
+
+    def _body(self, lane: str, **fields: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "protocolVersion": PROTOCOL_VERSION,
+            "lane": lane,
+            "machineId": self.machine_id,
+        }
+        if self.claim_id is not None:
+            body["claimId"] = self.claim_id
+        body.update({k: v for k, v in fields.items() if v is not None})
+        return body
+
+    def _call(self, b: S.TicketBody) -> TicketCall:
+        return TicketCall(b.machine_id, b.claim_id, b.ticket_id)
+
+    @staticmethod
+    def _reply(data: dict[str, Any], kind: type[T]) -> T:
+        return msgspec.convert({"coordinator": LOCAL_KIND, **data}, kind)
+
+    # ------------------------------------------------------------------ operations
+
+    async def acquire(
+        self,
+        lane: str,
+        project: str,
+        scene: str,
+        prompt_hash: str,
+        lease_seconds: float | None = None,
+    ) -> LaneReply:
+        b = _validate(
+            S.AcquireBody,
+            self._body(
+                lane, project=project, scene=scene, promptHash=prompt_hash,
+                leaseSeconds=lease_seconds,
+            ),
+        )  # fmt: skip
+        cmd = Acquire(
+            b.machine_id, b.claim_id, b.project, b.scene, b.prompt_hash, b.lease_seconds,
+            "t_" + secrets.token_urlsafe(16),
+        )  # fmt: skip
+
+        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[Any, Effects]:
+            return core.acquire(cmd, now)
+
+        return self._reply(await self._run(lane, op), LaneReply)
+
+    def _await_once(self, b: S.AwaitBody) -> Op[dict[str, Any]]:
+        call = self._call(b)
+
+        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[Any, Effects]:
+            reply, fx, _ = core.await_(call, now, self._ended(core, store, call.ticket_id))
+            return reply, fx
+
+        return op
+
+    async def await_ticket(self, lane: str, ticket_id: str, wait_seconds: float = 30) -> LaneReply:
+        """Polls the file every `poll_interval` s until the ticket is no longer queued, the
+        pause starts/ends/changes, or `wait_seconds` pass (SPEC §4.2 semantics)."""
+        b = _validate(S.AwaitBody, self._body(lane, ticketId=ticket_id, waitSeconds=wait_seconds))
+        deadline = monotonic() + b.wait_seconds
+        op = self._await_once(b)
+        reply = self._reply(await self._run(lane, op), LaneReply)
+        first_pause = _pause_key(reply.pause)
+        while reply.ticket.state == "queued":
+            left = deadline - monotonic()
+            if left <= 0:
+                break
+            await asyncio.sleep(min(self.poll_interval, left))
+            reply = self._reply(await self._run(lane, op), LaneReply)
+            if _pause_key(reply.pause) != first_pause:
+                break
+        return reply
+
+    async def heartbeat(
+        self, lane: str, ticket_id: str, lease_seconds: float | None = None
+    ) -> HeartbeatReply:
+        b = _validate(
+            S.HeartbeatBody, self._body(lane, ticketId=ticket_id, leaseSeconds=lease_seconds)
+        )
+        cmd = Heartbeat(self._call(b), b.lease_seconds)
+
+        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[Any, Effects]:
+            return core.heartbeat(cmd, now, self._ended(core, store, b.ticket_id))
+
+        return self._reply(await self._run(lane, op), HeartbeatReply)
+
+    async def release(
+        self,
+        lane: str,
+        ticket_id: str,
+        outcome: str | None = None,
+        provider_job_id: str | None = None,
+        note: str | None = None,
+    ) -> ReleaseReply:
+        b = _validate(
+            S.ReleaseBody,
+            self._body(
+                lane, ticketId=ticket_id, outcome=outcome, providerJobId=provider_job_id,
+                note=note,
+            ),
+        )  # fmt: skip
+        cmd = Release(self._call(b), b.outcome, b.provider_job_id, b.note)
+
+        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[Any, Effects]:
+            return core.release(cmd, now, self._ended(core, store, b.ticket_id))
+
+        return self._reply(await self._run(lane, op), ReleaseReply)
+
+    async def receipt(
+        self,
+        lane: str,
+        ticket_id: str,
+        phase: str,
+        payload: dict[str, Any],
+        content_hash: str | None = None,
+        *,
+        receipt_id: str | None = None,
+    ) -> ReceiptReply:
+        """The local queue keeps no receipts: validated like the coordinator, never stored."""
+        rid, sent, _ = receipt_fields(ticket_id, phase, payload, content_hash, receipt_id)
+        b = _validate(
+            S.ReceiptBody,
+            self._body(
+                lane, ticketId=ticket_id, receiptId=rid, phase=phase, payload=payload,
+                contentHash=sent,
+            ),
+        )  # fmt: skip
+        try:
+            check_receipt_id(b.receipt_id, b.ticket_id, b.phase)
+        except LaneError as exc:
+            raise BadRequestError(message=exc.message) from None
+        return ReceiptReply(
+            coordinator=LOCAL_KIND,
+            stored=False,
+            replay=False,
+            content_hash_verified=None,
+            receipt_id=rid,
+            content_hash=sent,
+        )
+
+    async def cooldown(
+        self,
+        lane: str,
+        ticket_id: str,
+        retry_after_seconds: float,
+        reason_code: str = DEFAULT_COOLDOWN_REASON,
+    ) -> CooldownReply:
+        b = _validate(
+            S.CooldownBody,
+            self._body(
+                lane, ticketId=ticket_id, reasonCode=reason_code,
+                retryAfterSeconds=retry_after_seconds,
+            ),
+        )  # fmt: skip
+        cmd = Cooldown(self._call(b), b.reason_code, b.retry_after_seconds)
+
+        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[Any, Effects]:
+            return core.cooldown(cmd, now, self._ended(core, store, b.ticket_id))
+
+        return self._reply(await self._run(lane, op), CooldownReply)
+
+    async def status(self, lane: str, include_receipts: bool = False) -> StatusReply:
+        """Reaps and promotes like the coordinator; never has receipt keys (no receipts)."""
+        _validate(S.StatusBody, {"protocolVersion": PROTOCOL_VERSION, "lane": lane})
+
+        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[Any, Effects]:
+            return core.status(now, C.STATUS_QUEUED_LIMIT), Effects()
+
+        return self._reply(await self._run(lane, op), StatusReply)
+
+    async def history(
+        self, lane: str, limit: int = 100, project: str | None = None
+    ) -> HistoryReply:
+        body: dict[str, Any] = {"protocolVersion": PROTOCOL_VERSION, "lane": lane, "limit": limit}
+        if project is not None:
+            body["project"] = project
+        b = _validate(S.HistoryBody, body)
+        retained_limit = self._settings.history_retained
+
+        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[Any, Effects]:
+            entries = [history_row(t) for t in store.history(b.limit, b.project)]
+            return {
+                "lane": lane,
+                "enforced": True,
+                "entries": entries,
+                "counts": outcome_counts(entries),
+                "retained": store.history_count(),
+                "retainedLimit": retained_limit,
+            }, Effects()
+
+        return self._reply(await self._run(lane, op), HistoryReply)
+
+
+def _pause_key(p: Pause | None) -> tuple[float, float] | None:
+    return None if p is None else (p.started_at, p.until)
