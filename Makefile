@@ -25,7 +25,7 @@ run: setup
 test: test-core test-ui
 
 test-core: setup
-	$(BIN)/pytest -q tests/unit tests/integration tests/acceptance
+	$(BIN)/pytest -q tests/unit tests/integration tests/acceptance tests/ops
 
 test-ui: setup
 	@sh scripts/ensure-chromium.sh
@@ -38,6 +38,16 @@ lint: setup
 
 bench: setup
 	$(PY) -m bench
+
+## make verify: the one pre-merge command: ruff, ruff format, mypy --strict, every test,
+## and a dry run (`lane-coordinator check`) of the shipped deploy/production-config.toml
+verify: setup
+	$(BIN)/ruff check coordinator client tests bench
+	$(BIN)/ruff format --check coordinator client tests bench
+	$(BIN)/mypy
+	$(MAKE) --no-print-directory test
+	@LANE_COORDINATOR_TOKEN=$${LANE_COORDINATOR_TOKEN:-check-only-token-0123456789abcdefghijkl} \
+	  $(BIN)/lane-coordinator check --data-dir var/verify-data --config deploy/production-config.toml
 
 check: setup
 	@LANE_COORDINATOR_TOKEN=$${LANE_COORDINATOR_TOKEN:-check-only-token-0123456789abcdefghijkl} \
