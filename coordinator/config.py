@@ -117,7 +117,7 @@ def parse_config(raw: dict[str, Any]) -> Config:
     if not isinstance(routes, dict):
         raise ConfigError("config: [routes] must be a table")
     for route, table in routes.items():
-        if not PART_RE.match(route):
+        if not PART_RE.fullmatch(route):
             raise ConfigError(f"config: route name {route!r} is not 1-64 of [a-z0-9._-]")
         cap = _capacity(f"routes.{route}", table)
         if cap is not None:

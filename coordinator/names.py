@@ -16,7 +16,7 @@ _FILE_SEP = "+"  # not in the lane alphabet, so the mapping is one-to-one
 
 def parse_lane(lane: str) -> tuple[str, str]:
     """Return (route, account) or raise 400 bad-request."""
-    m = LANE_RE.match(lane)
+    m = LANE_RE.fullmatch(lane)  # fullmatch: "$" alone would accept a trailing newline
     if m is None:
         raise BadRequest(
             "lane: must be route:account, each 1-64 of [a-z0-9._-] starting with [a-z0-9]"
@@ -35,6 +35,6 @@ def lane_from_file_name(name: str) -> str | None:
         return None
     stem = name[: -len(LANE_FILE_SUFFIX)]
     route, sep, account = stem.partition(_FILE_SEP)
-    if not sep or not PART_RE.match(route) or not PART_RE.match(account):
+    if not sep or not PART_RE.fullmatch(route) or not PART_RE.fullmatch(account):
         return None
     return f"{route}:{account}"

@@ -28,6 +28,8 @@ def canonical_json(payload: Any) -> bytes:
         raise BadRequest("payload: a number is not finite (RFC 8785 has no NaN/Infinity)") from exc
     except rfc8785.CanonicalizationError as exc:
         raise BadRequest("payload: cannot be canonicalized as RFC 8785 JSON") from exc
+    except RecursionError:
+        raise BadRequest("payload: nested too deeply to canonicalize") from None
 
 
 def content_hash(canonical: bytes) -> str:
@@ -40,7 +42,7 @@ def receipt_id_for(ticket_id: str, phase: str, hash_: str) -> str:
 
 def check_receipt_id(receipt_id: str, ticket_id: str, phase: str) -> None:
     """The id's shape must be <ticketId>:<phase>:<16 hex>, naming the body's ticket and phase."""
-    m = RECEIPT_ID_RE.match(receipt_id)
+    m = RECEIPT_ID_RE.fullmatch(receipt_id)  # not .match: "$" accepts a trailing newline
     if m is None:
         raise BadRequest("receiptId: must be <ticketId>:<phase>:<first 16 hex of the hash>")
     if m.group("ticket") != ticket_id:

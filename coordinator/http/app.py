@@ -167,6 +167,8 @@ async def _body(request: web.Request, schema: type[S.Base]) -> Any:
         data = msgspec.json.decode(raw)
     except msgspec.DecodeError:
         raise BadRequest("body: not valid JSON") from None
+    except RecursionError:  # msgspec raises it (not DecodeError) for very deep nesting
+        raise BadRequest("body: JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise BadRequest("body: must be a JSON object")
     if "protocolVersion" not in data:

@@ -11,13 +11,14 @@ from coordinator import constants as C
 
 Identity = Annotated[str, Meta(min_length=1, max_length=C.MAX_IDENTITY_CHARS)]
 Lane = Annotated[str, Meta(min_length=3, max_length=129)]
-MachineId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._-]{1,64}$")]
+# Patterns end in \Z, not $: "$" also matches before a trailing newline.
+MachineId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._-]{1,64}\Z")]
 ClaimId = Annotated[str, Meta(min_length=1, max_length=C.MAX_CLAIM_CHARS)]
 TicketId = Annotated[str, Meta(min_length=1, max_length=200)]
 LeaseSeconds = Annotated[float, Meta(ge=C.MIN_LEASE_SECONDS, le=C.MAX_LEASE_SECONDS)]
 WaitSeconds = Annotated[float, Meta(ge=C.MIN_AWAIT_SECONDS, le=C.MAX_AWAIT_SECONDS)]
 RetryAfter = Annotated[float, Meta(ge=C.MIN_COOLDOWN_SECONDS, le=C.MAX_COOLDOWN_SECONDS)]
-ContentHash = Annotated[str, Meta(pattern=r"^sha256:[0-9a-f]{64}$")]
+ContentHash = Annotated[str, Meta(pattern=r"^sha256:[0-9a-f]{64}\Z")]
 HistoryLimit = Annotated[int, Meta(ge=1, le=C.MAX_HISTORY_LIMIT)]
 ReleaseOutcome = Literal[
     "completed", "failed", "timeout", "lease-lost", "not-submitted", "slot-busy", "abandoned"
