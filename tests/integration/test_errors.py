@@ -240,6 +240,8 @@ async def test_missing_protocol_version_is_named(server: Running) -> None:
         "solo:" + "a" * 65,
         "solo:mäin",
         "",
+        "solo:main\n",  # "$" alone would accept it: the same file as solo:main, a 2nd actor
+        "solo\n:main",
     ],
 )
 async def test_bad_lane_names_are_400_and_never_a_path(server: Running, lane: str) -> None:
@@ -250,7 +252,7 @@ async def test_bad_lane_names_are_400_and_never_a_path(server: Running, lane: st
 
 
 async def test_machine_and_claim_ids_are_validated(server: Running) -> None:
-    for machine in ("", "has space", "m" * 65, "slash/y", "é"):
+    for machine in ("", "has space", "m" * 65, "slash/y", "é", "mA\n"):
         r = await server.op("acquire", acquire_body(machine=machine))
         assert_error(r, 400, "bad-request", "machineId")
     for claim in ("", "c" * 129):

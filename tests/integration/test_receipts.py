@@ -102,6 +102,7 @@ async def test_liveness_is_not_required(server: Running) -> None:
         lambda t, p, h: f"{t}:{p}",  # no hash part
         lambda t, p, h: f"{t}{p}{h}",  # no separators
         lambda t, p, h: f"{t}:{p}:{h}:extra",
+        lambda t, p, h: f"{t}:{p}:{h}\n",  # a trailing newline is not the shape
     ],
 )
 async def test_receipt_id_shape_mismatch_is_400(server: Running, make_id: Any) -> None:
@@ -182,7 +183,15 @@ async def test_payload_must_be_an_object(server: Running, payload: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    "bad", ["sha256:" + "A" * 64, "sha256:" + "a" * 63, "md5:" + "a" * 64, "a" * 64, ""]
+    "bad",
+    [
+        "sha256:" + "A" * 64,
+        "sha256:" + "a" * 63,
+        "md5:" + "a" * 64,
+        "a" * 64,
+        "",
+        "sha256:" + "a" * 64 + "\n",
+    ],
 )
 async def test_content_hash_shape(server: Running, bad: str) -> None:
     tid = await _held(server)
@@ -241,3 +250,19 @@ async def test_server_verifies_rfc8785_hashes(
         )
         assert r.status == 201, (name, r.text)
         assert r["contentHashVerified"] is verdict, name
+
+
+async def test_a_deeply_nested_payload_is_400_not_a_crash(server: Running) -> None:
+    tid = await _held(server)
+    body = receipt_body(SOLO, tid, payload={"n": 1})
+    deep = "[" * 20_000 + "]" * 20_000
+    text = json.dumps({"protocolVersion": 1, **body}).replace('{"n": 1}', '{"d": ' + deep + "}")
+    r = await server.request(
+        "POST",
+        "/v1/lanes/receipt",
+        data=text.encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    assert_error(r, 400, "bad-request", "nested")
+    st = await server.ok("status", {"lane": SOLO, "includeReceipts": True})
+    assert st["recentReceipts"] == [] and [t["ticketId"] for t in st["held"]] == [tid]
