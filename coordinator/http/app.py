@@ -145,9 +145,9 @@ def _authorized(request: web.Request) -> bool:
 
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if request.path.startswith("/v1/") or request.path == "/v1" or request.path == "/metrics":
-        if not _authorized(request):
-            raise Unauthorized("Authorization: a valid bearer token is required")
+    protected = request.path.startswith("/v1/") or request.path in ("/v1", "/metrics")
+    if protected and not _authorized(request):
+        raise Unauthorized("Authorization: a valid bearer token is required")
     return await handler(request)
 
 
@@ -216,7 +216,12 @@ async def acquire(request: web.Request) -> web.Response:
     b: S.AcquireBody = await _body(request, S.AcquireBody)
     _saw(request, b.lane, b.machine_id, b.claim_id)
     cmd = Acquire(
-        b.machine_id, b.claim_id, b.project, b.scene, b.prompt_hash, b.lease_seconds,
+        b.machine_id,
+        b.claim_id,
+        b.project,
+        b.scene,
+        b.prompt_hash,
+        b.lease_seconds,
         new_ticket_id(),
     )
     return _v1(await request.app[SERVICE_KEY].acquire(b.lane, cmd))
