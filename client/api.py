@@ -55,7 +55,6 @@ PROTOCOL_VERSION = 1
 SHARED_KIND = "actor-sqlite"
 LOCAL_KIND = "local-sqlite"
 DEFAULT_TIMEOUT_SECONDS = 10.0
-AWAIT_MARGIN_SECONDS = 10.0  # added to waitSeconds for the await long poll's own timeout
 DEFAULT_COOLDOWN_REASON = "provider-human-check"
 
 S = TypeVar("S")
@@ -397,8 +396,8 @@ class LaneClient:
 
     async def await_ticket(self, lane: str, ticket_id: str, wait_seconds: float = 30) -> LaneReply:
         body = self._mutation(lane, ticketId=ticket_id, waitSeconds=wait_seconds)
-        # The long poll gets its own timeout: the wait plus a margin for the answer itself.
-        own = float(wait_seconds) + max(AWAIT_MARGIN_SECONDS, self.timeout)
+        # The long poll gets its own timeout: the wait plus the per-call timeout as margin.
+        own = float(wait_seconds) + self.timeout
         return await self._post("await", body, LaneReply, timeout=own)
 
     async def heartbeat(
@@ -560,7 +559,6 @@ async def wait_for_grant(
 
 
 __all__ = [
-    "AWAIT_MARGIN_SECONDS",
     "DEFAULT_TIMEOUT_SECONDS",
     "LOCAL_KIND",
     "PROTOCOL_VERSION",
