@@ -16,6 +16,7 @@ process, as in the tests, never share series). `NULL_METRICS` is the default obs
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -67,6 +68,22 @@ class NullMetrics:
 
 
 NULL_METRICS: Final = NullMetrics()
+
+
+@dataclass(slots=True)
+class _LaneSeries:
+    """One lane's labelled children, looked up once (labels() takes a lock each call)."""
+
+    holders: Gauge
+    queue_depth: Gauge
+    paused: Gauge
+    wait: Histogram
+    hold: Histogram
+    state: tuple[int, int, bool] | None = None
+
+    def observe_hold(self, t: Ticket) -> None:
+        if t.held_at is not None and t.ended_at is not None:
+            self.hold.observe(max(0.0, t.ended_at - t.held_at))
 
 
 class Metrics:
@@ -129,6 +146,7 @@ class Metrics:
             buckets=COMMIT_BUCKETS,
             registry=r,
         )
+        self._lanes: dict[str, _LaneSeries] = {}
         # Closed label sets start at zero, so a rate() over them is defined from the start.
         for outcome in (*RELEASE_OUTCOMES, NO_OUTCOME):
             self.releases.labels(outcome=outcome)
@@ -162,32 +180,47 @@ class Metrics:
             elif isinstance(ch, PutReceipt):
                 verified = ch.receipt.content_hash_verified
                 self.receipts.labels(verdict="verified" if verified else "mismatch").inc()
+        series = self._series(lane)
         for tid in fx.promoted:
             self.grants.inc()
             t = tickets.get(tid)
             if t is not None and t.held_at is not None:
-                self.wait.labels(lane=lane).observe(max(0.0, t.held_at - t.enqueued_at))
-        self.expiries.inc(len(expired))
-        self.abandoned.inc(len(abandoned))
+                series.wait.observe(max(0.0, t.held_at - t.enqueued_at))
+        if expired:
+            self.expiries.inc(len(expired))
+        if abandoned:
+            self.abandoned.inc(len(abandoned))
         for tid, t in tickets.items():
             if t.state not in (TicketState.DONE, TicketState.EXPIRED):
                 continue
             if tid in late and tid not in expired:
                 continue  # a late release of a lease already counted as expired
             if t.outcome == Outcome.EXPIRED:
-                self._hold(lane, t)
+                series.observe_hold(t)
             elif tid not in abandoned and t.state is TicketState.DONE:
                 self.releases.labels(outcome=t.outcome or NO_OUTCOME).inc()
-                self._hold(lane, t)
-
-    def _hold(self, lane: str, t: Ticket) -> None:
-        if t.held_at is not None and t.ended_at is not None:
-            self.hold.labels(lane=lane).observe(max(0.0, t.ended_at - t.held_at))
+                series.observe_hold(t)
 
     def lane_state(self, lane: str, held: int, queued: int, paused: bool) -> None:
-        self.holders.labels(lane=lane).set(held)
-        self.queue_depth.labels(lane=lane).set(queued)
-        self.paused.labels(lane=lane).set(1 if paused else 0)
+        series = self._series(lane)
+        state = (held, queued, paused)
+        if series.state != state:  # called after every flush: skip the unchanged
+            series.state = state
+            series.holders.set(held)
+            series.queue_depth.set(queued)
+            series.paused.set(1 if paused else 0)
+
+    def _series(self, lane: str) -> _LaneSeries:
+        series = self._lanes.get(lane)
+        if series is None:
+            series = self._lanes[lane] = _LaneSeries(
+                holders=self.holders.labels(lane=lane),
+                queue_depth=self.queue_depth.labels(lane=lane),
+                paused=self.paused.labels(lane=lane),
+                wait=self.wait.labels(lane=lane),
+                hold=self.hold.labels(lane=lane),
+            )
+        return series
 
     # ---------------------------------------------------------------- HTTP layer
 
