@@ -361,6 +361,35 @@ def control_room_html() -> bytes:
     return page.read_bytes()
 
 
+# The control room's own script and style, shipped in the package (no CDN): a fixed list,
+# never a path taken from the request.
+CONTROL_ROOM_ASSETS = {
+    "control-room.js": "text/javascript",
+    "control-room.css": "text/css",
+}
+
+
+_CONTROL_ROOM_HEADERS = {
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+async def control_room_asset(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    content_type = CONTROL_ROOM_ASSETS.get(name)
+    if content_type is None:
+        raise NotFound(f"path: no control-room asset {name!r}")
+    body = (resources.files("coordinator.http") / "static" / name).read_bytes()
+    return web.Response(
+        body=body,
+        content_type=content_type,
+        charset="utf-8",
+        headers=_CONTROL_ROOM_HEADERS,
+    )
+
+
 async def control_room(request: web.Request) -> web.Response:
     return web.Response(
         body=control_room_html(),
@@ -422,6 +451,9 @@ def create_app(
     app.router.add_get("/metrics", metrics, name="metrics")  # bearer: see auth_middleware
     app.router.add_get("/openapi.json", openapi_json, name="openapi")  # public
     app.router.add_get("/control-room", control_room, name="control-room")
+    app.router.add_get(
+        "/control-room/assets/{name}", control_room_asset, name="control-room-asset"
+    )
 
     async def on_startup(app: web.Application) -> None:
         await app[REGISTRY_KEY].start()
