@@ -22,6 +22,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yarl
 from aiohttp import web
 
 from coordinator.clock import Clock, ManualClock, SystemClock
@@ -145,22 +146,25 @@ class Running:
         headers: dict[str, str] | None = None,
         params: dict[str, str] | None = None,
         allow_redirects: bool = False,
+        raw_url: bool = False,
     ) -> Reply:
+        """One HTTP call; `raw_url=True` sends `path` (with its query) exactly as given."""
         hdrs = dict(headers or {})
         if token is not None:
             hdrs.setdefault("Authorization", f"Bearer {token}")
         if json_body is not None:
             data = json.dumps(json_body).encode()
             hdrs.setdefault("Content-Type", "application/json")
+        url = yarl.URL(self.url + path, encoded=True) if raw_url else self.url + path
         async with self.session.request(
             method,
-            self.url + path,
+            url,
             data=data,
             headers=hdrs,
             params=params,
             allow_redirects=allow_redirects,
         ) as resp:
-            text = await resp.text()
+            text = await resp.text(errors="replace")
             try:
                 body = json.loads(text) if text else None
             except ValueError:
