@@ -58,7 +58,11 @@ def _number(
     if key not in raw:
         return default
     v = raw[key]
-    if isinstance(v, bool) or not isinstance(v, int | float) or (integer and not isinstance(v, int)):
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, int | float)
+        or (integer and not isinstance(v, int))
+    ):
         kind = "an integer" if integer else "a number"
         raise ConfigError(f"config: {key} must be {kind}")
     if not lo <= v <= hi:
@@ -97,8 +101,13 @@ def parse_config(raw: dict[str, Any]) -> Config:
         raise ConfigError(f"config: unknown keys: {', '.join(sorted(unknown))}")
     cfg = Config(
         default_lease_seconds=float(
-            _number(raw, "default_lease_seconds", C.DEFAULT_LEASE_SECONDS,
-                    C.MIN_LEASE_SECONDS, C.MAX_LEASE_SECONDS)
+            _number(
+                raw,
+                "default_lease_seconds",
+                C.DEFAULT_LEASE_SECONDS,
+                C.MIN_LEASE_SECONDS,
+                C.MAX_LEASE_SECONDS,
+            )
         ),
         waiter_timeout_seconds=float(
             _number(raw, "waiter_timeout_seconds", C.DEFAULT_WAITER_TIMEOUT_SECONDS, 10, 86400)

@@ -159,8 +159,13 @@ class LaneService:
 
     async def heartbeat(self, lane: str, cmd: Heartbeat) -> dict[str, Any]:
         if not self.enforced(lane):
-            return {"refreshed": True, "state": "held", "leaseExpiresAt": None, "fence": None,
-                    "reason": None}
+            return {
+                "refreshed": True,
+                "state": "held",
+                "leaseExpiresAt": None,
+                "fence": None,
+                "reason": None,
+            }
 
         async def job(ctx: Ctx) -> dict[str, Any]:
             ended = await self._ended(ctx, cmd.call.ticket_id)
@@ -168,12 +173,18 @@ class LaneService:
             ctx.fx.extend(fx)
             return reply
 
-        return await self._ticket_job(lane, cmd.call.ticket_id, job)
+        reply: dict[str, Any] = await self._ticket_job(lane, cmd.call.ticket_id, job)
+        return reply
 
     async def release(self, lane: str, cmd: Release) -> dict[str, Any]:
         if not self.enforced(lane):
-            return {"released": True, "state": "done", "outcome": cmd.outcome, "promoted": [],
-                    "reason": None}
+            return {
+                "released": True,
+                "state": "done",
+                "outcome": cmd.outcome,
+                "promoted": [],
+                "reason": None,
+            }
 
         async def job(ctx: Ctx) -> dict[str, Any]:
             ended = await self._ended(ctx, cmd.call.ticket_id)
@@ -181,7 +192,8 @@ class LaneService:
             ctx.fx.extend(fx)
             return reply
 
-        return await self._ticket_job(lane, cmd.call.ticket_id, job)
+        reply: dict[str, Any] = await self._ticket_job(lane, cmd.call.ticket_id, job)
+        return reply
 
     async def cooldown(self, lane: str, cmd: Cooldown) -> dict[str, Any]:
         if not self.enforced(lane):
@@ -193,7 +205,8 @@ class LaneService:
             ctx.fx.extend(fx)
             return reply
 
-        return await self._ticket_job(lane, cmd.call.ticket_id, job)
+        reply: dict[str, Any] = await self._ticket_job(lane, cmd.call.ticket_id, job)
+        return reply
 
     async def receipt(self, lane: str, cmd: RecordReceipt) -> tuple[int, dict[str, Any]]:
         if not self.enforced(lane):
@@ -217,8 +230,16 @@ class LaneService:
 
     async def status(self, lane: str, include_receipts: bool) -> dict[str, Any]:
         if not self.enforced(lane):
-            return {"lane": lane, "enforced": False, "capacity": None, "held": [], "queued": [],
-                    "queuedTotal": 0, "pause": None, "now": self.clock.now()}
+            return {
+                "lane": lane,
+                "enforced": False,
+                "capacity": None,
+                "held": [],
+                "queued": [],
+                "queuedTotal": 0,
+                "pause": None,
+                "now": self.clock.now(),
+            }
 
         async def job(ctx: Ctx) -> dict[str, Any]:
             reply = ctx.core.status(ctx.now, STATUS_QUEUED_LIMIT)
@@ -238,8 +259,14 @@ class LaneService:
     async def history(self, lane: str, limit: int, project: str | None) -> dict[str, Any]:
         retained_limit = self.config.history_retained
         if not self.enforced(lane):
-            return {"lane": lane, "enforced": False, "entries": [], "counts": {}, "retained": 0,
-                    "retainedLimit": retained_limit}
+            return {
+                "lane": lane,
+                "enforced": False,
+                "entries": [],
+                "counts": {},
+                "retained": 0,
+                "retainedLimit": retained_limit,
+            }
 
         async def job(ctx: Ctx) -> dict[str, Any]:
             rows = await ctx.read(ctx.actor.store.history, limit, project)
@@ -265,8 +292,16 @@ class LaneService:
         for lane in self.registry.known_lanes():
             settings = self.config.lane_settings(lane)
             if settings is None:
-                out.append({"lane": lane, "enforced": False, "capacity": None, "held": 0,
-                            "queued": 0, "pause": None})
+                out.append(
+                    {
+                        "lane": lane,
+                        "enforced": False,
+                        "capacity": None,
+                        "held": 0,
+                        "queued": 0,
+                        "pause": None,
+                    }
+                )
                 continue
 
             async def job(ctx: Ctx) -> dict[str, Any]:
@@ -305,22 +340,33 @@ class LaneService:
 
             async def job(ctx: Ctx) -> tuple[dict[str, Any], dict[str, Any] | None]:
                 core = ctx.core
-                seen = sorted(
-                    ({"machineId": m, "lastSeenAt": at} for m, at in core.machines_seen.items()
-                     if now - at <= EVIDENCE_RECENT_SECONDS),
-                    key=lambda r: r["lastSeenAt"], reverse=True,
+                seen: list[dict[str, Any]] = sorted(
+                    (
+                        {"machineId": m, "lastSeenAt": at}
+                        for m, at in core.machines_seen.items()
+                        if now - at <= EVIDENCE_RECENT_SECONDS
+                    ),
+                    key=lambda r: float(r["lastSeenAt"]),
+                    reverse=True,
                 )
-                c = {"machinesSeen": seen, "distinctMachines": len(seen),
-                     "collision": core.last_collision}
+                c = {
+                    "machinesSeen": seen,
+                    "distinctMachines": len(seen),
+                    "collision": core.last_collision,
+                }
                 if ticket_id is None:
                     return c, None
                 t = core.live.get(ticket_id) or await ctx.read(
                     ctx.actor.store.get_ticket, ticket_id
                 )
                 if t is None:
-                    return c, {"ticketId": ticket_id, "found": False, "identity": unknown,
-                               "receipts": {p.value: unknown for p in ReceiptPhase},
-                               "complete": False}
+                    return c, {
+                        "ticketId": ticket_id,
+                        "found": False,
+                        "identity": unknown,
+                        "receipts": {p.value: unknown for p in ReceiptPhase},
+                        "complete": False,
+                    }
                 recs = await ctx.read(ctx.actor.store.receipts_for_ticket, ticket_id)
                 by_phase: dict[str, Any] = {p.value: unknown for p in ReceiptPhase}
                 for r in recs:
@@ -328,13 +374,17 @@ class LaneService:
                         continue
                     cur = by_phase.get(r.phase)
                     row = receipt_row(r)
-                    by_phase[r.phase] = [row] if cur == unknown else [*cur, row]
+                    by_phase[r.phase] = [row] if not isinstance(cur, list) else [*cur, row]
                 return c, {
                     "ticketId": ticket_id,
                     "found": True,
-                    "identity": {"project": t.project, "scene": t.scene,
-                                 "promptHash": t.prompt_hash, "machineId": t.machine_id,
-                                 "claimId": t.claim_id},
+                    "identity": {
+                        "project": t.project,
+                        "scene": t.scene,
+                        "promptHash": t.prompt_hash,
+                        "machineId": t.machine_id,
+                        "claimId": t.claim_id,
+                    },
                     "state": t.state.value,
                     "outcome": t.outcome,
                     "fence": t.fence,
@@ -346,11 +396,20 @@ class LaneService:
                 coord, job_evidence = await self._job(lane, job)
             except _NoLane:
                 if ticket_id is not None:
-                    job_evidence = {"ticketId": ticket_id, "found": False, "identity": unknown,
-                                    "receipts": {p.value: unknown for p in ReceiptPhase},
-                                    "complete": False}
-        return {"lane": lane, "enforced": self.enforced(lane), "coordinatorEvidence": coord,
-                "jobEvidence": job_evidence, "now": now}
+                    job_evidence = {
+                        "ticketId": ticket_id,
+                        "found": False,
+                        "identity": unknown,
+                        "receipts": {p.value: unknown for p in ReceiptPhase},
+                        "complete": False,
+                    }
+        return {
+            "lane": lane,
+            "enforced": self.enforced(lane),
+            "coordinatorEvidence": coord,
+            "jobEvidence": job_evidence,
+            "now": now,
+        }
 
 
 class _NoLane(Exception):

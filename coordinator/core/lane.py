@@ -280,16 +280,14 @@ class LaneCore:
 
     def status(self, now: float, queued_limit: int) -> dict[str, Any]:
         free = self._slot_free_times(now)
-        held = sorted(self.held.values(), key=lambda t: (t.fence or 0))
+        held = sorted(self.held.values(), key=lambda t: t.fence or 0)
         queued = self.promotion_order(queued_limit)
         return {
             "lane": self.lane,
             "enforced": True,
             "capacity": self.settings.capacity,
             "held": [self.ticket_view(t, now, 0, free) for t in held],
-            "queued": [
-                self.ticket_view(t, now, i + 1, free) for i, t in enumerate(queued)
-            ],
+            "queued": [self.ticket_view(t, now, i + 1, free) for i, t in enumerate(queued)],
             "queuedTotal": self.queued_count(),
             "pause": self.pause_view(now),
             "now": now,
@@ -455,7 +453,11 @@ class LaneCore:
                 }
                 self.last_collision = collision
                 self._incident(
-                    fx, IncidentKind.DUPLICATE_COLLISION, now, t.ticket_id, cmd.machine_id,
+                    fx,
+                    IncidentKind.DUPLICATE_COLLISION,
+                    now,
+                    t.ticket_id,
+                    cmd.machine_id,
                     collision,
                 )
             return self.lane_reply(t, now, caller_owns=owns, duplicate=True), fx
@@ -555,7 +557,11 @@ class LaneCore:
             t.note = t.note or cmd.note
             fx.changes.append(PutTicket(t))
             self._incident(
-                fx, IncidentKind.LATE_RELEASE, now, t.ticket_id, call.machine_id,
+                fx,
+                IncidentKind.LATE_RELEASE,
+                now,
+                t.ticket_id,
+                call.machine_id,
                 {"lateOutcome": cmd.outcome, "fence": t.fence},
             )
             reason = "expired"
@@ -594,7 +600,11 @@ class LaneCore:
                 fx.changes.append(PutPause(new))
                 fx.pause_changed = True
                 self._incident(
-                    fx, IncidentKind.COOLDOWN_EXTENDED, now, t.ticket_id, call.machine_id,
+                    fx,
+                    IncidentKind.COOLDOWN_EXTENDED,
+                    now,
+                    t.ticket_id,
+                    call.machine_id,
                     {"reasonCode": cmd.reason_code, "until": until},
                 )
         else:
@@ -602,9 +612,16 @@ class LaneCore:
             fx.changes.append(PutPause(new))
             fx.pause_changed = True
             self._incident(
-                fx, IncidentKind.COOLDOWN_STARTED, now, t.ticket_id, call.machine_id,
-                {"reasonCode": cmd.reason_code, "until": until,
-                 "retryAfterSeconds": cmd.retry_after_seconds},
+                fx,
+                IncidentKind.COOLDOWN_STARTED,
+                now,
+                t.ticket_id,
+                call.machine_id,
+                {
+                    "reasonCode": cmd.reason_code,
+                    "until": until,
+                    "retryAfterSeconds": cmd.retry_after_seconds,
+                },
             )
         assert self.pause is not None
         return {"paused": True, "extended": extended, "pause": self.pause.wire()}, fx
@@ -630,11 +647,15 @@ class LaneCore:
                 raise ReceiptConflict(
                     f"receiptId: {cmd.receipt_id} is already stored with another contentHash"
                 )
-            return {
-                "stored": False,
-                "replay": True,
-                "contentHashVerified": existing.content_hash_verified,
-            }, fx, False
+            return (
+                {
+                    "stored": False,
+                    "replay": True,
+                    "contentHashVerified": existing.content_hash_verified,
+                },
+                fx,
+                False,
+            )
         verified = cmd.computed_hash == cmd.content_hash
         rec = Receipt(
             receipt_id=cmd.receipt_id,
@@ -649,9 +670,17 @@ class LaneCore:
         fx.changes.append(PutReceipt(rec))
         if not verified:
             self._incident(
-                fx, IncidentKind.RECEIPT_HASH_MISMATCH, now, cmd.ticket_id, cmd.machine_id,
-                {"receiptId": cmd.receipt_id, "phase": cmd.phase,
-                 "sentHash": cmd.content_hash, "computedHash": cmd.computed_hash},
+                fx,
+                IncidentKind.RECEIPT_HASH_MISMATCH,
+                now,
+                cmd.ticket_id,
+                cmd.machine_id,
+                {
+                    "receiptId": cmd.receipt_id,
+                    "phase": cmd.phase,
+                    "sentHash": cmd.content_hash,
+                    "computedHash": cmd.computed_hash,
+                },
             )
         return {"stored": True, "replay": False, "contentHashVerified": verified}, fx, True
 

@@ -32,7 +32,7 @@ class Presence:
                 seen.claims.pop()
 
     def view(self, now: float) -> list[dict[str, Any]]:
-        rows = [
+        rows: list[dict[str, Any]] = [
             {
                 "machineId": m,
                 "lastSeenAt": s.last_seen_at,
@@ -42,5 +42,5 @@ class Presence:
             }
             for m, s in self._machines.items()
         ]
-        rows.sort(key=lambda r: r["lastSeenAt"], reverse=True)
+        rows.sort(key=lambda r: float(r["lastSeenAt"]), reverse=True)
         return rows

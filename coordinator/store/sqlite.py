@@ -223,10 +223,26 @@ class SqliteLaneStore:
                 db.execute(
                     _TICKET_UPSERT,
                     (
-                        t.ticket_id, t.seq, t.state.value, t.machine_id, t.claim_id, t.project,
-                        t.scene, t.prompt_hash, t.enqueued_at, t.lease_seconds, t.last_seen_at,
-                        t.held_at, t.lease_expires_at, t.heartbeat_at, t.fence, t.outcome,
-                        t.late_outcome, t.provider_job_id, t.note, t.ended_at,
+                        t.ticket_id,
+                        t.seq,
+                        t.state.value,
+                        t.machine_id,
+                        t.claim_id,
+                        t.project,
+                        t.scene,
+                        t.prompt_hash,
+                        t.enqueued_at,
+                        t.lease_seconds,
+                        t.last_seen_at,
+                        t.held_at,
+                        t.lease_expires_at,
+                        t.heartbeat_at,
+                        t.fence,
+                        t.outcome,
+                        t.late_outcome,
+                        t.provider_job_id,
+                        t.note,
+                        t.ended_at,
                     ),
                 )
             elif isinstance(ch, PutCounters):
@@ -249,25 +265,42 @@ class SqliteLaneStore:
                     db.execute(
                         "INSERT INTO pause (id, reason_code, started_at, until, machine_id, "
                         "claim_id, ticket_id) VALUES (1, ?, ?, ?, ?, ?, ?)",
-                        (p.reason_code, p.started_at, p.until, p.machine_id, p.claim_id,
-                         p.ticket_id),
+                        (
+                            p.reason_code,
+                            p.started_at,
+                            p.until,
+                            p.machine_id,
+                            p.claim_id,
+                            p.ticket_id,
+                        ),
                     )
             elif isinstance(ch, PutReceipt):
                 r = ch.receipt
                 db.execute(
                     f"INSERT INTO receipts ({_RECEIPT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (r.receipt_id, r.ticket_id, r.phase, r.machine_id, r.payload_json,
-                     r.content_hash,
-                     None if r.content_hash_verified is None else int(r.content_hash_verified),
-                     r.created_at),
+                    (
+                        r.receipt_id,
+                        r.ticket_id,
+                        r.phase,
+                        r.machine_id,
+                        r.payload_json,
+                        r.content_hash,
+                        None if r.content_hash_verified is None else int(r.content_hash_verified),
+                        r.created_at,
+                    ),
                 )
             elif isinstance(ch, PutIncident):
                 i = ch.incident
                 db.execute(
                     "INSERT INTO incidents (kind, at, ticket_id, machine_id, detail) "
                     "VALUES (?, ?, ?, ?, ?)",
-                    (i.kind, i.at, i.ticket_id, i.machine_id,
-                     json.dumps(i.detail, separators=(",", ":"), sort_keys=True)),
+                    (
+                        i.kind,
+                        i.at,
+                        i.ticket_id,
+                        i.machine_id,
+                        json.dumps(i.detail, separators=(",", ":"), sort_keys=True),
+                    ),
                 )
             elif isinstance(ch, PruneHistory):
                 pruned = (
@@ -313,7 +346,11 @@ class SqliteLaneStore:
         if rows:
             r = rows[0]
             snap.pause = Pause(
-                r["reason_code"], r["started_at"], r["until"], r["machine_id"], r["claim_id"],
+                r["reason_code"],
+                r["started_at"],
+                r["until"],
+                r["machine_id"],
+                r["claim_id"],
                 r["ticket_id"],
             )
         holds = self._read(
