@@ -22,7 +22,14 @@ import structlog
 from coordinator.clock import Clock
 from coordinator.constants import MAILBOX_BATCH_MAX
 from coordinator.core.lane import LaneCore
-from coordinator.core.model import Effects, LaneSettings
+from coordinator.core.model import (
+    Effects,
+    LaneSettings,
+    PutIncident,
+    PutPause,
+    PutReceipt,
+    PutTicket,
+)
 from coordinator.errors import LaneError, StoreError, Unavailable
 from coordinator.metrics import NULL_METRICS, LaneObserver
 from coordinator.store.base import LaneStore
@@ -88,6 +95,7 @@ class LaneActor:
         self._parked: dict[str, set[asyncio.Future[None]]] = {}
         self.last_used = 0.0
         self.closed = False
+        self.draining = False  # shutting down: long polls answer now instead of parking
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -120,6 +128,11 @@ class LaneActor:
         self._parked.clear()
         await self._run(self.store.close)
 
+    def drain(self) -> None:
+        """Shutdown has begun: answer every parked long poll now, and park no new one."""
+        self.draining = True
+        self._wake_all()
+
     def idle(self) -> bool:
         return (
             self.core is not None
@@ -145,6 +158,9 @@ class LaneActor:
 
     def _park(self, ticket_id: str) -> asyncio.Future[None]:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.draining:
+            fut.set_result(None)
+            return fut
         self._parked.setdefault(ticket_id, set()).add(fut)
 
         def _forget(f: asyncio.Future[None]) -> None:
@@ -212,8 +228,14 @@ class LaneActor:
                 await self._reload()
                 return
             self._observe(fx, len(pending), time.perf_counter() - started)
-            for ch in fx.changes:
-                _log_change(self.lane, ch)
+            last_put = {
+                ch.ticket.ticket_id: i
+                for i, ch in enumerate(fx.changes)
+                if isinstance(ch, PutTicket)
+            }
+            for i, ch in enumerate(fx.changes):
+                if not isinstance(ch, PutTicket) or last_put[ch.ticket.ticket_id] == i:
+                    _log_change(self.lane, ch)
         self._observe(None)
         for p in pending:
             if p.future.done():
@@ -287,8 +309,6 @@ async def _noop(ctx: Ctx) -> None:
 
 
 def _log_change(lane: str, ch: Any) -> None:
-    from coordinator.core.model import PutIncident, PutPause, PutReceipt, PutTicket
-
     if isinstance(ch, PutTicket):
         t = ch.ticket
         log.info(
