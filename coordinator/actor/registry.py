@@ -34,6 +34,7 @@ class LaneRegistry:
         self._opening: dict[str, asyncio.Task[LaneActor]] = {}
         self._janitor: asyncio.Task[None] | None = None
         self._closing = False
+        self._draining = False
 
     def path_for(self, lane: str) -> Path:
         return self.data_dir / lane_file_name(lane)
@@ -88,6 +89,8 @@ class LaneRegistry:
         assert settings is not None
         store = SqliteLaneStore(self.path_for(lane), lane)
         actor = LaneActor(lane, settings, store, self.executor, self.clock, self.metrics)
+        if self._draining:
+            actor.drain()
         await actor.start()
         self._actors[lane] = actor
         log.info("lane.opened", lane=lane)
@@ -112,6 +115,14 @@ class LaneRegistry:
                 await self.close_idle()
             except Exception as exc:
                 log.error("lane.janitor_failed", error=type(exc).__name__)
+
+    def drain(self) -> None:
+        """Shutdown has begun (the listener is closed): parked long polls answer at once
+        with the ticket's current state, so in-flight requests finish inside the grace period
+        and the lanes are then closed cleanly."""
+        self._draining = True
+        for actor in self._actors.values():
+            actor.drain()
 
     def open_lanes(self) -> list[str]:
         return sorted(self._actors)

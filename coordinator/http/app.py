@@ -457,10 +457,14 @@ def create_app(
         await app[REGISTRY_KEY].start()
         log.info("coordinator.started", version=__version__, data_dir=str(data_dir))
 
+    async def on_shutdown(app: web.Application) -> None:
+        app[REGISTRY_KEY].drain()  # parked long polls answer now, not after the grace period
+
     async def on_cleanup(app: web.Application) -> None:
         await app[REGISTRY_KEY].stop()
         log.info("coordinator.stopped")
 
     app.on_startup.append(on_startup)
+    app.on_shutdown.append(on_shutdown)
     app.on_cleanup.append(on_cleanup)
     return app
