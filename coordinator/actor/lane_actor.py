@@ -96,7 +96,6 @@ class LaneActor:
         self.last_used = 0.0
         self.closed = False
         self.draining = False  # shutting down: long polls answer now instead of parking
-        self.draining = False  # shutting down: long polls answer now instead of parking
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -134,11 +133,6 @@ class LaneActor:
         self.draining = True
         self._wake_all()
 
-    def drain(self) -> None:
-        """Shutdown has begun: answer every parked long poll now, and park no new one."""
-        self.draining = True
-        self._wake_all()
-
     def idle(self) -> bool:
         return (
             self.core is not None
@@ -164,9 +158,6 @@ class LaneActor:
 
     def _park(self, ticket_id: str) -> asyncio.Future[None]:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self.draining:
-            fut.set_result(None)
-            return fut
         if self.draining:
             fut.set_result(None)
             return fut
