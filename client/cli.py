@@ -579,7 +579,8 @@ async def cmd_await(args: argparse.Namespace, settings: Settings, lane: str) -> 
         deadline = None if args.max_wait is None else monotonic() + args.max_wait
         tick = asyncio.create_task(ticker()) if progress.live else None
         try:
-            r = await b.await_ticket(lane, args.ticket, _step(args.wait, deadline))
+            # A short first poll, so the position shows at once; then full long polls.
+            r = await b.await_ticket(lane, args.ticket, _step(1.0, deadline))
             progress.update(r)
             while r.ticket.state == "queued":
                 if deadline is not None and deadline - monotonic() <= 0:

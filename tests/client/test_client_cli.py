@@ -1,0 +1,379 @@
+"""The `lane` CLI as a subprocess against the real coordinator: JSON, tables, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from lane_testkit import LANE_BIN, REPO, Server, lane, shared_env
+
+from client.sync import SyncLaneClient
+
+LANE = "render:main"
+IDENT = ["--project", "p", "--scene", "s1", "--prompt-hash", "h1"]
+
+
+def no_secret(server: Server, *texts: str) -> None:
+    for t in texts:
+        assert server.token not in t
+
+
+def test_json_commands_and_exit_codes(
+    coordinator: Server, lane_env: dict[str, str], tmp_path: Path
+) -> None:
+    a = shared_env(lane_env, coordinator, "studio-a")
+    b = shared_env(lane_env, coordinator, "studio-b")
+    acq = lane("acquire", "--lane", LANE, *IDENT, "--json", env=a)
+    assert acq.code == 0, acq.err
+    ra = acq.json()
+    assert ra["coordinator"] == "actor-sqlite" and ra["granted"] and ra["ticket"]["state"] == "held"
+    ta = ra["ticket"]["ticketId"]
+
+    acq_b = lane("acquire", "--route", "render", "--account", "main", "--project", "p",
+                 "--scene", "s2", "--prompt-hash", "h2", "--json", env=b)  # fmt: skip
+    assert acq_b.code == 0
+    rb = acq_b.json()
+    assert not rb["granted"] and rb["ticket"]["position"] == 1
+    tb = rb["ticket"]["ticketId"]
+
+    b_acct = dict(b, LANE_ACCOUNT="main")
+    st = lane("status", "--route", "render", "--json", env=b_acct)
+    assert st.code == 0
+    body = st.json()
+    assert [t["ticketId"] for t in body["held"]] == [ta]
+    assert [t["ticketId"] for t in body["queued"]] == [tb]
+    assert "recentReceipts" not in body
+
+    hb = lane("heartbeat", "--lane", LANE, "--ticket", ta, "--json", env=a)
+    assert hb.code == 0 and hb.json()["refreshed"] is True
+    hb_q = lane("heartbeat", "--lane", LANE, "--ticket", tb, "--json", env=b)
+    assert hb_q.code == 1 and hb_q.json()["reason"] == "not-held"
+
+    payload = tmp_path / "payload.json"
+    payload.write_text(json.dumps({"refs": ["sha256:aa"], "count": 1}))
+    rec = lane("receipt", "--lane", LANE, "--ticket", ta, "--phase", "references-applied",
+               "--payload-file", str(payload), "--json", env=a)  # fmt: skip
+    assert rec.code == 0, rec.err
+    r1 = rec.json()
+    assert r1["stored"] is True and r1["contentHashVerified"] is True
+    assert r1["receiptId"].startswith(f"{ta}:references-applied:")
+    again = lane("receipt", "--lane", LANE, "--ticket", ta, "--phase", "references-applied",
+                 "--payload-file", "-", "--json", env=a,
+                 stdin=json.dumps({"count": 1, "refs": ["sha256:aa"]}))  # fmt: skip
+    assert again.code == 0 and again.json()["replay"] is True
+    not_holder = lane("receipt", "--lane", LANE, "--ticket", ta, "--phase", "provider-terminal",
+                      "--payload-file", str(payload), env=b)  # fmt: skip
+    assert not_holder.code == 1 and "not-holder" in not_holder.err
+
+    verbose = lane("status", "--lane", LANE, "--verbose", "--json", env=a).json()
+    assert verbose["unreadableReceipts"] == 0 and len(verbose["recentReceipts"]) == 1
+
+    cd = lane("cooldown", "--lane", LANE, "--ticket", ta, "--retry-after", "45", "--json", env=a)
+    assert cd.code == 0, cd.err
+    pause = cd.json()["pause"]
+    assert pause["reasonCode"] == "provider-human-check" and pause["machineId"] == "studio-a"
+    assert 44 <= pause["until"] - pause["startedAt"] <= 46
+    cd_q = lane("cooldown", "--lane", LANE, "--ticket", tb, env=b)
+    assert cd_q.code == 1 and "ticket-not-held" in cd_q.err
+
+    rel = lane("release", "--lane", LANE, "--ticket", ta, "--outcome", "not-submitted",
+               "--provider-job", "job-9", "--note", "human check", "--json", env=a)  # fmt: skip
+    assert rel.code == 0 and rel.json()["released"] is True
+    rel2 = lane("release", "--lane", LANE, "--ticket", ta, "--json", env=a)
+    assert rel2.code == 1 and rel2.json()["reason"] == "already-done"
+
+    hist = lane("history", "--lane", LANE, "--limit", "5", "--project", "p", "--json", env=a)
+    assert hist.code == 0
+    h = hist.json()
+    assert h["entries"][0]["ticketId"] == ta and h["entries"][0]["providerJobId"] == "job-9"
+    assert h["counts"] == {"not-submitted": 1}
+
+    # paused lane: b is still queued; a hand release (no claim) from b's machine ends it.
+    aw = lane("await", "--lane", LANE, "--ticket", tb, "--wait", "1", "--max-wait", "1",
+              "--json", env=b)  # fmt: skip
+    assert aw.code == 1 and aw.json()["ticket"]["state"] == "queued"
+    assert "still queued" in aw.err
+    end = lane("release", "--lane", LANE, "--ticket", tb, env=b)
+    assert end.code == 0 and "released   yes" in end.out
+    for r in (acq, acq_b, st, hb, rec, cd, rel, hist, aw, end):
+        no_secret(coordinator, r.out, r.err)
+
+
+def test_tables_are_readable(coordinator: Server, lane_env: dict[str, str]) -> None:
+    env = shared_env(lane_env, coordinator)
+    acq = lane("acquire", "--lane", LANE, *IDENT, env=env)
+    assert acq.code == 0 and "held (granted to you)" in acq.out
+    tid = acq.out.split()[1]
+    st = lane("status", "--lane", LANE, "--verbose", env=env)
+    assert st.code == 0 and tid in st.out and "STATE" in st.out and "capacity 1" in st.out
+    assert "unreadable receipts: 0" in st.out
+    aw = lane("await", "--lane", LANE, "--ticket", tid, env=env)
+    assert aw.code == 0 and "held (granted to you)" in aw.out
+    lane("release", "--lane", LANE, "--ticket", tid, "--outcome", "completed", env=env)
+    hist = lane("history", "--lane", LANE, env=env)
+    assert hist.code == 0 and "completed" in hist.out and "counts: completed 1" in hist.out
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["status"],  # no lane
+        ["status", "--lane", "Not A Lane"],
+        ["status", "--lane", "render:main", "--route", "render"],
+        ["status", "--route", "render"],  # no account anywhere (not required)
+        ["release", "--lane", LANE],  # no --ticket
+        ["release", "--lane", LANE, "--ticket", "t_x", "--outcome", "bogus"],
+        ["await", "--lane", LANE, "--ticket", "t_x", "--wait", "100"],
+        ["acquire", "--lane", LANE, "--project", "p"],
+        ["receipt", "--lane", LANE, "--ticket", "t", "--phase", "nope", "--payload-file", "x"],
+        ["history", "--lane", LANE, "--limit", "many"],
+        ["frobnicate"],
+    ],
+)
+def test_usage_errors_exit_2(lane_env: dict[str, str], args: list[str]) -> None:
+    r = lane(*args, env=lane_env)
+    assert r.code == 2, (args, r.code, r.err)
+    assert "usage" in r.err.lower() and r.out == ""
+
+
+def test_bad_payload_file_is_usage(
+    coordinator: Server, lane_env: dict[str, str], tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    r = lane("receipt", "--lane", LANE, "--ticket", "t_x", "--phase", "lease-acquired",
+             "--payload-file", str(bad), env=shared_env(lane_env, coordinator))  # fmt: skip
+    assert r.code == 2 and "JSON object" in r.err
+
+
+def test_await_prints_pause_once_and_lines_on_change(
+    coordinator: Server, lane_env: dict[str, str]
+) -> None:
+    with SyncLaneClient(coordinator.url, coordinator.token, "studio-a", "drv-a") as a:
+        ra = a.acquire(LANE, "p", "1", "a")
+        env_b = shared_env(lane_env, coordinator, "studio-b")
+        tb = lane("acquire", "--lane", LANE, "--project", "p", "--scene", "2", "--prompt-hash",
+                  "b", "--json", env=env_b).json()["ticket"]["ticketId"]  # fmt: skip
+        a.cooldown(LANE, ra.ticket_id, 60)
+        a.release(LANE, ra.ticket_id, "not-submitted")
+        r = lane("await", "--lane", LANE, "--ticket", tb, "--wait", "1", "--max-wait", "4",
+                 env=env_b)  # fmt: skip
+    assert r.code == 1
+    assert r.err.count("paused — provider-human-check reported by studio-a") == 1, r.err
+    assert r.err.count("queued · position 1") == 1, r.err  # piped: only on change
+    assert "still queued" in r.err
+    assert "\r" not in r.err  # no live line when not a TTY
+
+
+def test_await_returns_when_granted(coordinator: Server, lane_env: dict[str, str]) -> None:
+    with SyncLaneClient(coordinator.url, coordinator.token, "studio-a", "drv-a") as a:
+        ra = a.acquire(LANE, "p", "1", "a")
+        env_b = shared_env(lane_env, coordinator, "studio-b")
+        tb = lane("acquire", "--lane", LANE, "--project", "p", "--scene", "2", "--prompt-hash",
+                  "b", "--json", env=env_b).json()["ticket"]["ticketId"]  # fmt: skip
+        proc = subprocess.Popen(
+            [str(LANE_BIN), "await", "--lane", LANE, "--ticket", tb, "--json"],
+            env=env_b, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert proc.stderr is not None
+        first = proc.stderr.readline()  # the waiter is parked and said so (piped: one line)
+        assert "queued · position 1" in first, first
+        a.release(LANE, ra.ticket_id, "completed")
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    body = json.loads(out)
+    assert body["granted"] and body["ticket"]["state"] == "held"
+    assert "queued" not in err  # no further progress line: the next answer was the grant
+
+
+def test_trace_holds_logs_and_releases_on_sigint(
+    coordinator: Server, lane_env: dict[str, str]
+) -> None:
+    env = shared_env(lane_env, coordinator)
+    proc = subprocess.Popen(
+        [str(LANE_BIN), "trace", "--lane", LANE, "--interval", "0.5", "--json"],
+        env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    events = []
+    deadline = time.monotonic() + 60
+    while sum(e["event"] == "heartbeat" for e in events) < 2 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        events.append(json.loads(line))
+    proc.send_signal(signal.SIGINT)
+    rest, err = proc.communicate(timeout=60)
+    events += [json.loads(x) for x in rest.splitlines() if x.strip()]
+    assert proc.returncode == 0, err
+    assert events[0]["event"] == "acquire" and events[0]["granted"] is True
+    tid = events[0]["ticket"]
+    beats = [e for e in events if e["event"] == "heartbeat"]
+    assert len(beats) >= 2 and all(b["refreshed"] for b in beats)
+    assert all(any(tid in h for h in b["held"]) for b in beats)
+    assert events[-1]["event"] == "release" and events[-1]["released"] is True
+    with SyncLaneClient(coordinator.url, coordinator.token, "reader") as r:
+        entry = r.history(LANE).entries[0]
+        assert entry.ticket_id == tid and entry.outcome == "not-submitted"
+        assert entry.claim_id == events[0]["claim"]  # trace mints a claim per process
+
+
+def test_self_test_passes_on_fresh_coordinator(
+    coordinator: Server, lane_env: dict[str, str]
+) -> None:
+    env = shared_env(lane_env, coordinator)
+    r = lane("self-test", env=env)
+    assert r.code == 0, r.out + r.err
+    lines = [x for x in r.out.splitlines() if x.startswith(("PASS", "FAIL"))]
+    assert len(lines) == 8 and all(x.startswith("PASS") for x in lines), r.out
+    for name in ("capacity-one serialization", "same-request dedupe", "heartbeat",
+                 "atomic promotion", "receipt replay", "conflicting receipt rejected (409)",
+                 "release every test ticket"):  # fmt: skip
+        assert any(name in x for x in lines), name
+    no_secret(coordinator, r.out, r.err)
+    with SyncLaneClient(coordinator.url, coordinator.token, "reader") as c:
+        st = c.status("self-test:self-test")
+        assert st.held == [] and st.queued == []
+        hist = c.history("self-test:self-test")
+        assert len(hist.entries) == 3 and hist.counts == {"not-submitted": 3}
+    again = lane("self-test", "--json", env=env)  # repeatable: it left the lane quiet
+    assert again.code == 0 and json.loads(again.out)["ok"] is True
+
+
+@pytest.mark.parametrize(
+    ("extra_env", "args", "needle"),
+    [
+        ({"LANE_SELF_TEST_ACCOUNT": "main-unlimited"}, [], "main-unlimited"),
+        ({"LANE_ACCOUNT": "studio", "LANE_SELF_TEST_ACCOUNT": "studio"}, [], "LANE_ACCOUNT"),
+        ({}, ["--lane", "render:main-unlimited"], "production"),
+        ({"LANE_ACCOUNT": "main"}, ["--lane", "render:main"], "LANE_ACCOUNT"),
+    ],
+)
+def test_self_test_refuses_production_accounts(
+    coordinator: Server,
+    lane_env: dict[str, str],
+    extra_env: dict[str, str],
+    args: list[str],
+    needle: str,
+) -> None:
+    env = dict(shared_env(lane_env, coordinator), **extra_env)
+    r = lane("self-test", *args, env=env)
+    assert r.code == 1 and "refuses" in r.err and needle in r.err, r.err
+    with SyncLaneClient(coordinator.url, coordinator.token, "reader") as c:
+        lanes = c.lanes().lanes  # nothing was acquired anywhere
+        assert all(x.held == 0 and x.queued == 0 for x in lanes)
+        assert {x.lane for x in lanes} <= {"render:wide"}  # only the configured lane
+
+
+def test_self_test_fails_on_busy_or_unenforced_lane(
+    coordinator: Server, lane_env: dict[str, str]
+) -> None:
+    env = shared_env(lane_env, coordinator)
+    with SyncLaneClient(coordinator.url, coordinator.token, "studio-x", "other") as c:
+        busy = c.acquire("self-test:self-test", "real", "1", "x")
+        r = lane("self-test", env=env)
+        assert r.code == 1
+        assert "FAIL  shared coordinator" in r.out and "not quiet" in r.out
+        assert r.out.count("not run") == 6
+        st = c.status("self-test:self-test")
+        assert [t.ticket_id for t in st.held] == [busy.ticket_id] and st.queued == []
+    r = lane("self-test", "--route", "free", env=env)
+    assert r.code == 1 and "unenforced" in r.out
+
+
+def test_self_test_needs_shared_coordinator(lane_env: dict[str, str]) -> None:
+    r = lane("self-test", env=lane_env)
+    assert r.code == 3 and "LANE_COORDINATOR_URL is unset" in r.err
+    assert not Path(lane_env["LANE_STATE_DIR"]).exists()
+
+
+def test_setup_enrols_and_checks(
+    coordinator: Server, lane_env: dict[str, str], fake: Callable[[str], Server]
+) -> None:
+    env = dict(lane_env)
+    r = lane("setup", coordinator.url, "studio-m", "--account", "main", env=env,
+             stdin=coordinator.token + "\n")  # fmt: skip
+    assert r.code == 0, r.err
+    assert '"coordinator": "actor-sqlite"' in r.out
+    cdir = Path(env["LANE_CONFIG_DIR"])
+    token_file, env_file = cdir / "token", cdir / "client.env"
+    assert token_file.read_text().strip() == coordinator.token
+    assert (token_file.stat().st_mode & 0o777) == 0o600
+    assert (env_file.stat().st_mode & 0o777) == 0o600
+    settings = env_file.read_text()
+    assert f"LANE_COORDINATOR_URL={coordinator.url}" in settings
+    assert "LANE_MACHINE_ID=studio-m" in settings and "LANE_REQUIRED=1" in settings
+    assert "LANE_ACCOUNT=main" in settings and coordinator.token not in settings
+    no_secret(coordinator, r.out, r.err)
+    # Now every call works from the files alone (fail-closed, shared coordinator).
+    st = lane("status", "--route", "render", "--json", env=env)
+    assert st.code == 0 and st.json()["coordinator"] == "actor-sqlite", st.err
+    # Loosened token file: refused; with LANE_REQUIRED=1 from client.env that is exit 3.
+    os.chmod(token_file, 0o644)
+    st = lane("status", "--route", "render", env=env)
+    assert st.code == 3 and "chmod 600" in st.err
+
+
+@pytest.mark.parametrize(
+    ("kind", "needle"), [("wrong-token", "unauthorized"), ("local", "'local-sqlite'")]
+)
+def test_setup_reports_exact_reason(
+    coordinator: Server,
+    lane_env: dict[str, str],
+    fake: Callable[[str], Server],
+    kind: str,
+    needle: str,
+) -> None:
+    url = coordinator.url if kind == "wrong-token" else fake("local").url
+    token = "w" * 40
+    r = lane("setup", url, "studio-m", env=dict(lane_env), stdin=token + "\n")
+    assert r.code == 3 and needle in r.err, r.err
+    assert token not in r.out + r.err
+    bad = lane("setup", "ftp://x", "studio-m", env=dict(lane_env), stdin=token + "\n")
+    assert bad.code == 2
+    short = lane("setup", url, "studio-m", env=dict(lane_env), stdin="short\n")
+    assert short.code == 1 and "at least 32" in short.err
+
+
+def _fake_tools(tmp: Path, clipboard: bool) -> dict[str, str]:
+    bindir = tmp / "bin"
+    bindir.mkdir()
+    if clipboard:
+        xclip = bindir / "xclip"
+        xclip.write_text(f'#!/bin/sh\necho "$@" > {tmp}/clip-args\ncat > {tmp}/clip\n')
+        xclip.chmod(0o755)
+    browser = bindir / "fake-browser"
+    browser.write_text(f'#!/bin/sh\necho "$@" > {tmp}/browser-args\n')
+    browser.chmod(0o755)
+    return {"PATH": f"{bindir}:/usr/bin:/bin", "BROWSER": f"{browser} %s"}
+
+
+def test_dashboard_copies_token_never_in_url_or_argv(
+    coordinator: Server, lane_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = dict(shared_env(lane_env, coordinator), **_fake_tools(tmp_path, clipboard=True))
+    r = lane("dashboard", env=env)
+    assert r.code == 0, r.err
+    assert (tmp_path / "clip").read_text() == coordinator.token
+    assert coordinator.token not in (tmp_path / "clip-args").read_text()
+    opened = (tmp_path / "browser-args").read_text().strip()
+    assert opened == f"{coordinator.url}/control-room"
+    assert r.out.strip() == opened and "clipboard (xclip)" in r.err
+    no_secret(coordinator, r.out, r.err, opened)
+
+
+def test_dashboard_without_clipboard_says_where(
+    coordinator: Server, lane_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = dict(shared_env(lane_env, coordinator), **_fake_tools(tmp_path, clipboard=False))
+    r = lane("dashboard", env=env)
+    assert r.code == 0, r.err
+    assert "$LANE_TOKEN" in r.err and "no clipboard tool" in r.err
+    no_secret(coordinator, r.out, r.err)
