@@ -25,7 +25,7 @@ run: setup
 test: test-core test-ui
 
 test-core: setup
-	$(BIN)/pytest -q tests/unit tests/integration tests/acceptance tests/ops
+	$(BIN)/pytest -q tests/unit tests/integration tests/acceptance tests/ops tests/client
 
 test-ui: setup
 	@sh scripts/ensure-chromium.sh
