@@ -4,6 +4,7 @@ Debian's chromium driven by Playwright (sync API). Run with `pytest -p no:asynci
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import subprocess
@@ -33,15 +34,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     """These tests run with `-p no:asyncio` (Playwright's sync API wants no event loop), but
     pytest-aiohttp stays loaded and reads pytest-asyncio's `asyncio_mode` option when it
     configures itself; give it a value when pytest-asyncio is not there to own it."""
-    try:
+    with contextlib.suppress(ValueError):  # raised when pytest-asyncio is loaded and owns it
         parser.addoption("--asyncio-mode", dest="asyncio_mode", default="strict")
-    except ValueError:
-        pass  # pytest-asyncio is loaded: it owns the option
     for name in ("asyncio_mode", "asyncio_default_fixture_loop_scope"):
-        try:
+        with contextlib.suppress(ValueError):
             parser.addini(name, "owned by pytest-asyncio (absent in the browser-test run)")
-        except ValueError:
-            pass
 
 
 @pytest.fixture(scope="session")

@@ -83,7 +83,7 @@ def test_unlock_shows_holder_and_waiters(page: Page, coordinator: Seeded, artifa
     expect(row1).to_contain_text("#1")
     expect(row1).to_contain_text("studio-b")
     expect(row1).to_contain_text("beta-ad")
-    expect(row1.locator("[data-eta]")).to_have_text(re.compile(r"≈ \d+"))
+    expect(row1.locator("[data-eta]")).to_have_text(re.compile(r"≈ (\d+|now)"))
     expect(row2).to_contain_text("#2")
     expect(row2).to_contain_text("studio-c")
     expect(card).to_contain_text("Waiting (2)")
@@ -374,6 +374,9 @@ def test_phone_width_has_no_horizontal_overflow(
         unlock(page, coordinator.base, coordinator.token)
         expect(page.locator("#log tr.log-row").first).to_be_visible()
         expect(page.locator(".tl-lane svg").first).to_be_visible()
+        # the evidence of a ticket with receipts missing (the longest texts on the page)
+        lane_card(page, MAIN).locator("button.ticket").first.click()
+        expect(page.locator('#evidence [data-evidence="job"]')).to_contain_text("incomplete")
         page.wait_for_timeout(600)
         width = page.evaluate("() => document.documentElement.scrollWidth")
         assert width <= 390, width
@@ -415,7 +418,9 @@ def test_timeline_over_hours(
         expect(lane.locator('[data-stat="longest-gap"]')).to_contain_text("35 min")
         expect(lane.locator('[data-stat="idle"]')).to_contain_text("1 h 16 min")
         expect(lane.locator('[data-stat="paused"]')).to_contain_text("20 min")
-        busy = int(re.search(r"(\d+)%", lane.locator('[data-stat="busy"]').inner_text())[1])
+        m = re.search(r"(\d+)%", lane.locator('[data-stat="busy"]').inner_text())
+        assert m, "no busy percentage"
+        busy = int(m[1])
         assert 57 <= busy <= 59, busy
         expect(lane.locator("rect.tl-pause")).to_have_count(1)
         pool = page.locator('.tl-lane[data-lane="kling:team"]')

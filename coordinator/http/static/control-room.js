@@ -20,6 +20,7 @@
   const HISTORY_LIMIT = 500;
   const INCIDENTS_LIMIT = 200;
   const ONLINE_SECONDS = 180;
+  const RECEIPTS_SHOWN = 6;
   const PHASES = ['lease-acquired', 'references-applied', 'provider-submitted', 'provider-terminal'];
   const SVG_NS = 'http://www.w3.org/2000/svg';
 
@@ -28,7 +29,7 @@
     failed: { icon: '✗', label: 'failed' },
     timeout: { icon: '◷', label: 'timeout' },
     'lease-lost': { icon: '↯', label: 'lease lost' },
-    expired: { icon: '⌛', label: 'expired' },
+    expired: { icon: '◔', label: 'expired' },
     'not-submitted': { icon: '↩', label: 'not submitted' },
     'slot-busy': { icon: '⊘', label: 'slot busy' },
     abandoned: { icon: '∅', label: 'abandoned' },
@@ -40,7 +41,7 @@
     'provider-cooldown-extended': { icon: '‖', label: 'Cooldown extended', sev: 'warn' },
     'provider-cooldown-ended': { icon: '▶', label: 'Cooldown ended', sev: 'ok' },
     'receipt-hash-mismatch': { icon: '⚠', label: 'Receipt hash mismatch', sev: 'bad' },
-    'lease-expired': { icon: '⌛', label: 'Lease expired', sev: 'warn' },
+    'lease-expired': { icon: '◔', label: 'Lease expired', sev: 'warn' },
     'waiter-abandoned': { icon: '∅', label: 'Waiter abandoned', sev: 'info' },
     'duplicate-collision': { icon: '⇄', label: 'Duplicate collision', sev: 'info' },
     'late-release': { icon: '↩', label: 'Late release', sev: 'info' },
@@ -60,6 +61,7 @@
     data: null,
     sigs: {},
     logLimit: 25,
+    receiptsOpen: new Set(), // lanes whose full receipt list is shown
     windowSec: 10800,
     evidenceLane: '',
     evidenceTicket: '',
@@ -218,7 +220,8 @@
 
   /** A row whose cells carry their column name, so phone-width cards can label them. */
   function row(headers, cells, attrs) {
-    return h('tr', attrs, cells.map((c, i) => h('td', { 'data-label': headers[i] }, c)));
+    return h('tr', attrs, cells.map((c, i) =>
+      h('td', { 'data-label': headers[i] }, h('div', { class: 'cell' }, c))));
   }
 
   function empty(text) {
@@ -243,7 +246,7 @@
     }
     for (const el of document.querySelectorAll('[data-eta]')) {
       const left = Number(el.getAttribute('data-eta')) - now;
-      el.textContent = `≈ ${humanDur(Math.max(0, left))}`;
+      el.textContent = left >= 1 ? `≈ ${humanDur(left)}` : '≈ now';
     }
     renderLive();
   }
@@ -761,11 +764,21 @@
   // ---- receipts
 
   function renderReceipts(d) {
-    const inputs = d.enforced.map((l) => [l, (d.byLane[l].status.recentReceipts || []).map((r) =>
-      [r.receiptId, r.contentHashVerified])]);
+    const inputs = [[...state.receiptsOpen], d.enforced.map((l) => [l,
+      (d.byLane[l].status.recentReceipts || []).map((r) => [r.receiptId, r.contentHashVerified])])];
     patch('receipts', inputs, () => {
       const out = [];
-      const headers = ['Recorded', 'Phase', 'Machine', 'Ticket', 'Hash', 'Verdict'];
+      const headers = ['Recorded', 'Phase', 'Machine · ticket', 'Hash', 'Verdict'];
+      const all = allReceipts(d);
+      const failed = all.filter((r) => r.contentHashVerified === false).length;
+      const unchecked = all.filter((r) => r.contentHashVerified !== true && r.contentHashVerified !== false).length;
+      if (all.length) {
+        out.push(h('p', { class: `receipts-summary ${failed ? 'is-bad' : 'is-ok'}`, 'data-summary': failed ? 'bad' : 'ok' },
+          failed
+            ? `⚠ ${failed} of ${all.length} recent receipts failed the hash check.`
+            : `✓ All ${all.length - unchecked} checked recent receipts match their hashes.`,
+          unchecked ? ` ${unchecked} were stored before hashes were checked.` : ''));
+      }
       for (const lane of d.enforced) {
         const recs = d.byLane[lane].status.recentReceipts || [];
         const bad = recs.filter((r) => r.contentHashVerified === false).length;
@@ -776,15 +789,28 @@
           out.push(empty('No receipts recorded in this lane yet.'));
           continue;
         }
-        out.push(h('div', { class: 'table-wrap scroll-y' }, table(headers, recs.map((r) => row(headers, [
-          whenCell(r.createdAt), h('span', { class: 'phase' }, r.phase), h('strong', null, r.machineId),
-          ticketLink(lane, r.ticketId),
+        const open = state.receiptsOpen.has(lane);
+        // the newest few, and every mismatch whatever its age
+        const shown = open ? recs : recs.filter((r, i) => i < RECEIPTS_SHOWN || r.contentHashVerified === false);
+        out.push(h('div', { class: 'table-wrap' }, table(headers, shown.map((r) => row(headers, [
+          whenCell(r.createdAt), h('span', { class: 'phase' }, r.phase),
+          h('span', { class: 'stack' }, h('strong', null, r.machineId), ticketLink(lane, r.ticketId)),
           h('span', { class: 'mono hash', title: r.contentHash }, shortHash(r.contentHash)),
           verdict(r.contentHashVerified),
         ], {
           class: r.contentHashVerified === false ? 'receipt-row row-bad' : 'receipt-row',
           'data-verified': String(r.contentHashVerified),
         })), 'tbl-receipts')));
+        if (recs.length > RECEIPTS_SHOWN) {
+          out.push(h('button', {
+            type: 'button', class: 'btn btn-small more-receipts',
+            onclick: () => {
+              if (open) state.receiptsOpen.delete(lane);
+              else state.receiptsOpen.add(lane);
+              renderReceipts(state.data);
+            },
+          }, open ? 'Show fewer' : `Show all ${recs.length}`));
+        }
       }
       if (!d.enforced.length) out.push(empty('No enforced lanes, so no receipts.'));
       return out;
@@ -1115,6 +1141,13 @@
       g.push(s('rect', { x: labelW, y: top, width: tx(tl.knownFrom) - labelW, height: rowsH, class: 'tl-unknown' },
         s('title', null, 'before the first recorded request (not counted as idle)')));
     }
+    // grid first, so bars and gaps are drawn over it
+    const step = tickStep(state.windowSec, plotW);
+    const ticks = [];
+    for (let t = Math.ceil(ws / step) * step; t <= now; t += step) ticks.push(t);
+    for (const t of ticks) {
+      g.push(s('line', { x1: tx(t), y1: top - 2, x2: tx(t), y2: axisY, class: 'tl-grid' }));
+    }
     tl.slots.forEach((sl, i) => {
       const y = top + i * (rowH + 6);
       if (labelW) g.push(s('text', { x: 0, y: y + rowH / 2 + 4, class: 'tl-label' }, `slot ${i + 1}`));
@@ -1158,12 +1191,13 @@
       g.push(s('text', { x: x0 + 3, y: top - 4, class: 'tl-pause-text' }, w > 70 ? `‖ paused ${humanDur(b - a)}` : '‖'));
     }
     // axis
-    const step = tickStep(state.windowSec, plotW);
     g.push(s('line', { x1: labelW, y1: axisY, x2: labelW + plotW, y2: axisY, class: 'tl-axis' }));
-    for (let t = Math.ceil(ws / step) * step; t <= now; t += step) {
+    for (const t of ticks) {
       const x0 = tx(t);
-      g.push(s('line', { x1: x0, y1: top - 2, x2: x0, y2: axisY + 4, class: 'tl-grid' }));
-      g.push(s('text', { x: x0, y: axisY + 16, class: 'tl-tick', 'text-anchor': 'middle' }, hhmm(t)));
+      g.push(s('line', { x1: x0, y1: axisY, x2: x0, y2: axisY + 4, class: 'tl-axis' }));
+      if (x0 < tx(now) - 44 && x0 > labelW + 14) {
+        g.push(s('text', { x: x0, y: axisY + 16, class: 'tl-tick', 'text-anchor': 'middle' }, hhmm(t)));
+      }
     }
     g.push(s('line', { x1: tx(now), y1: top - 14, x2: tx(now), y2: axisY + 4, class: 'tl-now' }));
     g.push(s('text', { x: tx(now) - 3, y: axisY + 16, class: 'tl-tick tl-now-text', 'text-anchor': 'end' }, 'now'));
@@ -1172,7 +1206,7 @@
     const summary = h('p', { class: 'tl-summary' },
       h('span', { class: 'tl-stat', 'data-stat': 'busy' }, h('strong', null, `${pct}%`), ' busy'),
       h('span', { class: 'tl-stat', 'data-stat': 'idle' }, 'idle ', h('strong', null, humanDur(tl.idleTotal)),
-        tl.slots.length > 1 ? ' (slot-time)' : ''),
+        tl.slots.length > 1 ? ` across ${tl.slots.length} slots` : ''),
       tl.longest ? h('span', { class: 'tl-stat', 'data-stat': 'longest-gap' }, 'longest idle gap ',
         h('strong', null, humanDur(tl.longest[1] - tl.longest[0])),
         ` (${hhmm(tl.longest[0])}–${tl.longest[1] >= now - 1 ? 'now' : hhmm(tl.longest[1])})`) : null,
