@@ -33,6 +33,7 @@ from coordinator.core.views import history_row, incident_row, outcome_counts, re
 from coordinator.errors import NotFound
 
 UNLIMITED_PREFIX = "unlimited-"
+UNKNOWN = "unknown"  # what evidence reads where the coordinator has none
 
 
 def new_ticket_id() -> str:
@@ -333,7 +334,7 @@ class LaneService:
 
     async def evidence(self, lane: str, ticket_id: str | None) -> dict[str, Any]:
         now = self.clock.now()
-        unknown = "unknown"
+        unknown = UNKNOWN
         job_evidence: dict[str, Any] | None = None
         coord: dict[str, Any] = {"machinesSeen": [], "distinctMachines": 0, "collision": None}
         if self.enforced(lane):
@@ -360,13 +361,7 @@ class LaneService:
                     ctx.actor.store.get_ticket, ticket_id
                 )
                 if t is None:
-                    return c, {
-                        "ticketId": ticket_id,
-                        "found": False,
-                        "identity": unknown,
-                        "receipts": {p.value: unknown for p in ReceiptPhase},
-                        "complete": False,
-                    }
+                    return c, _unknown_job(ticket_id)
                 recs = await ctx.read(ctx.actor.store.receipts_for_ticket, ticket_id)
                 by_phase: dict[str, Any] = {p.value: unknown for p in ReceiptPhase}
                 for r in recs:
@@ -396,13 +391,9 @@ class LaneService:
                 coord, job_evidence = await self._job(lane, job)
             except _NoLane:
                 if ticket_id is not None:
-                    job_evidence = {
-                        "ticketId": ticket_id,
-                        "found": False,
-                        "identity": unknown,
-                        "receipts": {p.value: unknown for p in ReceiptPhase},
-                        "complete": False,
-                    }
+                    job_evidence = _unknown_job(ticket_id)
+        elif ticket_id is not None:  # unenforced: the coordinator keeps nothing of its tickets
+            job_evidence = _unknown_job(ticket_id)
         return {
             "lane": lane,
             "enforced": self.enforced(lane),
@@ -410,6 +401,17 @@ class LaneService:
             "jobEvidence": job_evidence,
             "now": now,
         }
+
+
+def _unknown_job(ticket_id: str) -> dict[str, Any]:
+    """Job evidence for a ticket the coordinator has no record of: everything `unknown`."""
+    return {
+        "ticketId": ticket_id,
+        "found": False,
+        "identity": UNKNOWN,
+        "receipts": {p.value: UNKNOWN for p in ReceiptPhase},
+        "complete": False,
+    }
 
 
 class _NoLane(Exception):
