@@ -6,7 +6,7 @@ import re
 import uuid
 from typing import TYPE_CHECKING
 
-from http_kit import FREE, TICKET_KEYS, acquire_body, receipt_body, ticket_body
+from http_kit import FREE, PHASES, TICKET_KEYS, acquire_body, receipt_body, ticket_body
 
 if TYPE_CHECKING:
     from conftest import Running
@@ -58,3 +58,17 @@ async def test_history_of_an_unenforced_lane_is_empty(server: Running) -> None:
     await server.ok("release", ticket_body(FREE, r["ticket"]["ticketId"], outcome="completed"))
     hist = await server.ok("history", {"lane": FREE})
     assert hist["entries"] == [] and hist["counts"] == {}
+
+
+async def test_evidence_for_an_unlimited_ticket_reads_unknown(server: Running) -> None:
+    r = await server.ok("acquire", acquire_body(lane=FREE))
+    tid = r["ticket"]["ticketId"]
+    await server.op("receipt", receipt_body(FREE, tid))
+    ev = await server.get("/v1/evidence", params={"lane": FREE, "ticketId": tid})
+    assert ev.status == 200 and ev["enforced"] is False
+    job = ev["jobEvidence"]
+    assert job["ticketId"] == tid and job["found"] is False
+    assert job["identity"] == "unknown"
+    assert job["receipts"] == dict.fromkeys(PHASES, "unknown")
+    ev = await server.get("/v1/evidence", params={"lane": FREE})
+    assert ev["jobEvidence"] is None
