@@ -133,6 +133,19 @@ def test_token_survives_reload_in_the_same_tab(page: Page, coordinator: Seeded) 
     expect(lane_card(page, MAIN)).to_be_visible()
 
 
+def test_a_token_no_longer_accepted_locks_the_page(page: Page, coordinator: Seeded) -> None:
+    unlock(page, coordinator.base, coordinator.token)
+    # as if the coordinator's token was rotated while the tab stayed open
+    page.evaluate(
+        f"() => sessionStorage.setItem({json.dumps(TOKEN_KEY)}, 'rotated-' + 'z'.repeat(40))"
+    )
+    page.reload()
+    expect(page.locator("#unlock-error")).to_contain_text("no longer accepts this token")
+    expect(page.locator("#dashboard")).to_be_hidden()
+    assert session_token(page) is None
+    assert page.locator("#lanes").inner_html() == ""
+
+
 # ---------------------------------------------------------------- panels
 
 
