@@ -437,10 +437,12 @@ class LaneCore:
         tid = self.by_identity.get(key)
         if tid is not None:
             t = self.live[tid]
-            owns = is_owner(t, cmd.machine_id, cmd.claim_id)
+            # The owner is the (machineId, claimId) pair of the creating acquire; a duplicate
+            # from any other pair (a claimless one from the same machine too) is a collision.
+            owns = (t.machine_id, t.claim_id) == (cmd.machine_id, cmd.claim_id)
             if owns:
                 self._keepalive(t, now)
-            elif (t.machine_id, t.claim_id) != (cmd.machine_id, cmd.claim_id):
+            else:
                 collision = {
                     "at": now,
                     "ticketId": t.ticket_id,
