@@ -241,3 +241,23 @@ async def test_position_in_acquire_reply_follows_the_simulated_order(server: Run
         a1["ticket"]["ticketId"],
         a2["ticket"]["ticketId"],
     ]
+
+
+async def test_a_duplicate_without_claim_from_the_owner_machine_is_not_granted(
+    server: Running,
+) -> None:
+    """Owner = (machineId, claimId) of the creating acquire: a claimless acquire from the same
+    computer (another driver, an older client) is a collision, told the owner, never granted."""
+    a = await server.ok("acquire", acquire_body(machine="mA", claim="cA"))
+    dup = await server.ok("acquire", acquire_body(machine="mA", claim=None))
+    assert dup["ticket"]["ticketId"] == a["ticket"]["ticketId"]
+    assert dup["duplicate"] is True and dup["granted"] is False
+    assert dup["owner"] == {"machineId": "mA", "claimId": "cA"}
+    ev = await server.get("/v1/evidence", params={"lane": SOLO})
+    coll = ev["coordinatorEvidence"]["collision"]
+    assert coll["requester"] == {"machineId": "mA", "claimId": None}
+    # a ticket created without a claim: the same claimless retry is its owner
+    b = await server.ok("acquire", acquire_body(machine="mB", claim=None, prompt="nc"))
+    again = await server.ok("acquire", acquire_body(machine="mB", claim=None, prompt="nc"))
+    assert again["ticket"]["ticketId"] == b["ticket"]["ticketId"] and again["duplicate"] is True
+    assert again["owner"] == {"machineId": "mB", "claimId": None}
