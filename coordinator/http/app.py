@@ -397,7 +397,7 @@ async def control_room(request: web.Request) -> web.Response:
         charset="utf-8",
         headers={
             "Content-Security-Policy": (
-                "default-src 'none'; script-src 'self' 'unsafe-inline'; "
+                "default-src 'none'; script-src 'self'; "
                 "style-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; "
                 "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
             ),
