@@ -24,6 +24,7 @@ from client.models import LaneReply, StatusReply
 from client.sync import SyncLaneClient
 from coordinator.names import lane_file_name
 
+pytest_plugins = ["lane_fixtures"]  # the shared fixtures
 LANE = "render:main"
 
 

@@ -15,6 +15,7 @@ from lane_testkit import LANE_BIN, REPO, Server, lane, shared_env
 
 from client.sync import SyncLaneClient
 
+pytest_plugins = ["lane_fixtures"]  # the shared fixtures
 LANE = "render:main"
 IDENT = ["--project", "p", "--scene", "s1", "--prompt-hash", "h1"]
 

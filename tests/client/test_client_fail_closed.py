@@ -24,6 +24,7 @@ from client.errors import (
 )
 from client.local import LocalQueue
 
+pytest_plugins = ["lane_fixtures"]  # the shared fixtures
 LANE = "render:main"
 SECRET = "s3cret-token-that-must-never-appear-0123456789"
 

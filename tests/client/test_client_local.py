@@ -17,6 +17,7 @@ from client.config import connect, load_settings
 from client.errors import NotFoundError, NotOwnerError, SyncedFolderError, TicketNotHeldError
 from client.local import LocalQueue, mount_fstype, synced_folder_reason
 
+pytest_plugins = ["lane_fixtures"]  # the shared fixtures
 LANE = "render:local"
 WORKER = Path(__file__).with_name("race_worker.py")
 

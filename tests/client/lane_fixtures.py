@@ -1,4 +1,6 @@
-"""Fixtures for the client tests (helpers live in lane_testkit.py)."""
+"""The client tests' fixtures, loaded by each test module with
+`pytest_plugins = ["lane_fixtures"]` (a rootless tests/client/conftest.py would take the
+module name `conftest` that tests/ops imports from tests/conftest.py)."""
 
 from __future__ import annotations
 
