@@ -222,6 +222,21 @@ class LaneClient:
             f"claim_id={self.claim_id!r}, required={self.required})"
         )
 
+    def with_claim(self, claim_id: str | None) -> LaneClient:
+        """A sibling for the same coordinator, token, machine and timeouts that sends another
+        claim (None: the machine-only owner rule of SPEC §4.3). It shares this client's HTTP
+        session (close this client, not the sibling). A restarted driver uses it to finish
+        the ticket its crashed predecessor held (client/driver.py). Call it inside the loop."""
+        return LaneClient(
+            self.url,
+            self._token,
+            self.machine_id,
+            claim_id,
+            timeout=self.timeout,
+            required=self.required,
+            session=self._client_session(),
+        )
+
     async def __aenter__(self) -> LaneClient:
         return self
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import secrets
 import sqlite3
 import threading
@@ -253,6 +254,13 @@ class LocalQueue:
             return self.state_dir / lane_file_name(lane)
         except LaneError as exc:
             raise BadRequestError(message=exc.message) from None
+
+    def with_claim(self, claim_id: str | None) -> LocalQueue:
+        """A sibling on the same state dir, files and lock that sends another claim (None: the
+        machine-only owner rule). Close this queue, not the sibling (client/driver.py)."""
+        sibling = copy.copy(self)
+        sibling.claim_id = claim_id
+        return sibling
 
     async def __aenter__(self) -> LocalQueue:
         return self

@@ -137,6 +137,11 @@ class SyncLaneClient:
         finally:
             self._runner.stop()
 
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run any coroutine on this facade's loop thread (where the backend lives) and block
+        for its result; used by `client.driver.SyncTurn`."""
+        return self._call(coro)
+
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
         if self._closed:
             coro.close()
