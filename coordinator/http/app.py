@@ -160,7 +160,10 @@ async def _body(request: web.Request, schema: type[S.Base]) -> Any:
     limit = request.app[CONFIG_KEY].max_body_bytes
     if request.content_length is not None and request.content_length > limit:
         raise PayloadTooLarge(f"body: larger than {limit} bytes")
-    raw = await request.read()
+    try:
+        raw = await request.read()
+    except web.RequestPayloadError:  # e.g. a Content-Encoding body that does not decode
+        raise BadRequest("body: could not be read (bad Content-Encoding or cut short)") from None
     if len(raw) > limit:
         raise PayloadTooLarge(f"body: larger than {limit} bytes")
     try:
