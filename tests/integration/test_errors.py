@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -289,3 +290,26 @@ async def test_owner_and_held_errors(server: Running) -> None:
     assert_error(await server.op("cooldown", _valid("cooldown", q)), 409, "ticket-not-held")
     r = await server.op("receipt", receipt_body(SOLO, a, machine="mZ"))
     assert_error(r, 403, "not-holder")
+
+
+async def test_a_body_that_does_not_decode_is_400(server: Running) -> None:
+    r = await server.request(
+        "POST",
+        "/v1/lanes/status",
+        data=b"this is not gzip",
+        headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+    )
+    assert_error(r, 400, "bad-request", "body")
+
+
+async def test_a_compressed_bomb_is_413(server: Running) -> None:
+    body = json.dumps({"protocolVersion": 1, "lane": SOLO, "pad": "x" * 5_000_000}).encode()
+    packed = gzip.compress(body)
+    assert len(packed) < server.config.max_body_bytes
+    r = await server.request(
+        "POST",
+        "/v1/lanes/status",
+        data=packed,
+        headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+    )
+    assert_error(r, 413, "payload-too-large")
