@@ -38,6 +38,7 @@ from client.errors import (
     BadRequestError,
     ConfigError,
     LaneClientError,
+    NotFoundError,
     SyncedFolderError,
     UnavailableError,
     error_for,
@@ -55,7 +56,14 @@ from client.models import (
 from coordinator import constants as C
 from coordinator.core.commands import Acquire, Cooldown, Heartbeat, Release, TicketCall
 from coordinator.core.lane import LaneCore
-from coordinator.core.model import Effects, LaneSettings, PutTicket, Ticket, TicketState
+from coordinator.core.model import (
+    Effects,
+    LaneSettings,
+    LaneSnapshot,
+    PutTicket,
+    Ticket,
+    TicketState,
+)
 from coordinator.core.receipts import check_receipt_id
 from coordinator.core.views import history_row, outcome_counts
 from coordinator.errors import LaneError, StoreError
@@ -290,8 +298,10 @@ class LocalQueue:
             self._stores[lane] = store
         return store
 
-    def _run_sync(self, lane: str, op: Op[T]) -> T:
+    def _run_sync(self, lane: str, op: Op[T], absent: Callable[[], T] | None) -> T:
         with self._lock:
+            if absent is not None and lane not in self._stores and not self.path_for(lane).exists():
+                return absent()  # only acquire creates a lane file (as on the coordinator)
             try:
                 store = self._store(lane)
                 now = self._clock()
@@ -332,8 +342,17 @@ class LocalQueue:
                 out.append(PutTicket(t))
         return out
 
-    async def _run(self, lane: str, op: Op[T]) -> T:
-        return await asyncio.to_thread(self._run_sync, lane, op)
+    async def _run(self, lane: str, op: Op[T], absent: Callable[[], T] | None) -> T:
+        return await asyncio.to_thread(self._run_sync, lane, op, absent)
+
+    @staticmethod
+    def _no_ticket(lane: str, ticket_id: str) -> Callable[[], dict[str, Any]]:
+        def absent() -> dict[str, Any]:
+            raise NotFoundError(
+                status=404, message=f"ticketId: no ticket {ticket_id!r} in lane {lane}"
+            )
+
+        return absent
 
     @staticmethod
     def _ended(core: LaneCore, store: SqliteLaneStore, ticket_id: str) -> Ticket | None:
@@ -382,7 +401,7 @@ class LocalQueue:
         def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[Any, Effects]:
             return core.acquire(cmd, now)
 
-        return self._reply(await self._run(lane, op), LaneReply)
+        return self._reply(await self._run(lane, op, None), LaneReply)
 
     def _await_once(self, b: S.AwaitBody) -> Op[dict[str, Any]]:
         call = self._call(b)
@@ -399,14 +418,15 @@ class LocalQueue:
         b = _validate(S.AwaitBody, self._body(lane, ticketId=ticket_id, waitSeconds=wait_seconds))
         deadline = monotonic() + b.wait_seconds
         op = self._await_once(b)
-        reply = self._reply(await self._run(lane, op), LaneReply)
+        missing = self._no_ticket(lane, b.ticket_id)
+        reply = self._reply(await self._run(lane, op, missing), LaneReply)
         first_pause = _pause_key(reply.pause)
         while reply.ticket.state == "queued":
             left = deadline - monotonic()
             if left <= 0:
                 break
             await asyncio.sleep(min(self.poll_interval, left))
-            reply = self._reply(await self._run(lane, op), LaneReply)
+            reply = self._reply(await self._run(lane, op, missing), LaneReply)
             if _pause_key(reply.pause) != first_pause:
                 break
         return reply
@@ -422,7 +442,9 @@ class LocalQueue:
         def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[Any, Effects]:
             return core.heartbeat(cmd, now, self._ended(core, store, b.ticket_id))
 
-        return self._reply(await self._run(lane, op), HeartbeatReply)
+        return self._reply(
+            await self._run(lane, op, self._no_ticket(lane, b.ticket_id)), HeartbeatReply
+        )
 
     async def release(
         self,
@@ -444,7 +466,9 @@ class LocalQueue:
         def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[Any, Effects]:
             return core.release(cmd, now, self._ended(core, store, b.ticket_id))
 
-        return self._reply(await self._run(lane, op), ReleaseReply)
+        return self._reply(
+            await self._run(lane, op, self._no_ticket(lane, b.ticket_id)), ReleaseReply
+        )
 
     async def receipt(
         self,
@@ -497,7 +521,9 @@ class LocalQueue:
         def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[Any, Effects]:
             return core.cooldown(cmd, now, self._ended(core, store, b.ticket_id))
 
-        return self._reply(await self._run(lane, op), CooldownReply)
+        return self._reply(
+            await self._run(lane, op, self._no_ticket(lane, b.ticket_id)), CooldownReply
+        )
 
     async def status(self, lane: str, include_receipts: bool = False) -> StatusReply:
         """Reaps and promotes like the coordinator; never has receipt keys (no receipts)."""
@@ -506,7 +532,12 @@ class LocalQueue:
         def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[Any, Effects]:
             return core.status(now, C.STATUS_QUEUED_LIMIT), Effects()
 
-        return self._reply(await self._run(lane, op), StatusReply)
+        def empty() -> dict[str, Any]:
+            now = self._clock()
+            core = LaneCore(lane, self._settings, LaneSnapshot(), now)
+            return core.status(now, C.STATUS_QUEUED_LIMIT)
+
+        return self._reply(await self._run(lane, op, empty), StatusReply)
 
     async def history(
         self, lane: str, limit: int = 100, project: str | None = None
@@ -517,18 +548,21 @@ class LocalQueue:
         b = _validate(S.HistoryBody, body)
         retained_limit = self._settings.history_retained
 
-        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[Any, Effects]:
-            entries = [history_row(t) for t in store.history(b.limit, b.project)]
+        def reply(entries: list[dict[str, Any]], retained: int) -> dict[str, Any]:
             return {
                 "lane": lane,
                 "enforced": True,
                 "entries": entries,
                 "counts": outcome_counts(entries),
-                "retained": store.history_count(),
+                "retained": retained,
                 "retainedLimit": retained_limit,
-            }, Effects()
+            }
 
-        return self._reply(await self._run(lane, op), HistoryReply)
+        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[Any, Effects]:
+            entries = [history_row(t) for t in store.history(b.limit, b.project)]
+            return reply(entries, store.history_count()), Effects()
+
+        return self._reply(await self._run(lane, op, lambda: reply([], 0)), HistoryReply)
 
 
 def _pause_key(p: Pause | None) -> tuple[float, float] | None:

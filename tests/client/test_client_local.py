@@ -37,6 +37,14 @@ def q(tmp: Path, machine: str = "m1", claim: str | None = "c1", **kw: object) ->
 async def test_local_lane_operations(tmp_path: Path) -> None:
     a, b = q(tmp_path), q(tmp_path, "m2", "c2")
     try:
+        # Reads and ticket calls on a lane nobody acquired on create no file (as the server).
+        empty = await a.status(LANE)
+        assert empty.held == [] and empty.queued == [] and empty.capacity == 1
+        assert (await a.history(LANE)).entries == []
+        with pytest.raises(NotFoundError) as nf:
+            await a.heartbeat(LANE, "t_x")
+        assert nf.value.status == 404 and "t_x" in nf.value.message
+        assert not (tmp_path / "state" / "render+local.sqlite").exists()
         ra = await a.acquire(LANE, "p", "1", "h")
         assert ra.coordinator == "local-sqlite" and ra.granted and ra.ticket.fence == 1
         rb = await b.acquire(LANE, "p", "2", "h")
