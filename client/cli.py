@@ -38,6 +38,7 @@ from client.config import (
     read_env_file,
     write_private_file,
 )
+from client.drill import DEFAULT_DRILL_LANE, DEFAULT_PARTNER_TIMEOUT, drill_lanes, run_drill
 from client.errors import LaneClientError, PreProviderError
 from client.models import (
     CooldownReply,
@@ -337,6 +338,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=_positive, default=DEFAULT_TRACE_INTERVAL)
 
     p = sub.add_parser("self-test", parents=c, help="engine checks on a dedicated test lane")
+
+    p = sub.add_parser("drill", help="the two-computer acceptance drill (SPEC §9)")
+    p.add_argument("--role", required=True, choices=["a", "b"], help="this computer's role")
+    p.add_argument("--lane", help=f"the drill lane, route:account (default {DEFAULT_DRILL_LANE})")
+    p.add_argument("--route", help="the drill route (default drill)")
+    p.add_argument("--account", help="the drill account (default acceptance)")
+    p.add_argument("--timeout", dest="partner_timeout", type=_positive,
+                   default=DEFAULT_PARTNER_TIMEOUT,
+                   help="seconds to wait for the other role at any step (default 120)")  # fmt: skip
+    p.add_argument("--partition", action="store_true",
+                   help="also step 7: B's network is cut mid-lease (cut and restore it when "
+                   "the ACTION lines say so; scripts/drill-netns.sh does)")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="JSON on stdout (progress on stderr)")
+    p.add_argument("--claim", help="claim id to send (default: LANE_CLAIM, else a new uuid4)")
+    p.set_defaults(timeout=None)  # per-call timeout: LANE_TIMEOUT_SECONDS
 
     p = sub.add_parser("setup", parents=c, help="enrol this computer (token + settings)")
     p.add_argument("url")
@@ -791,13 +807,18 @@ async def dispatch(args: argparse.Namespace) -> int:
     cmd = args.command
     if cmd == "setup":
         return await cmd_setup(args)
-    settings = load_cli_settings(args, mint_claim=cmd in ("trace", "self-test"))
+    settings = load_cli_settings(args, mint_claim=cmd in ("trace", "self-test", "drill"))
     if cmd == "dashboard":
         for w in settings.warnings:
             say(w)
         return cmd_dashboard(args, settings)
     if cmd == "self-test":
         return await cmd_self_test(args, settings)
+    if cmd == "drill":
+        lane, barrier = drill_lanes(args.lane, args.route, args.account, settings)
+        return await run_drill(settings, lane, barrier, args.role, timeout=args.partner_timeout,
+                               partition=args.partition, json_out=args.json, emit=out,
+                               warn=say)  # fmt: skip
     lane = resolve_lane(args, settings)
     if cmd == "await":
         return await cmd_await(args, settings, lane)
