@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# `make drill-netns` (root, Linux): the acceptance drill over real network links, plus step 7.
+#
+# Three network namespaces joined by veth pairs, one private /24 per link:
+#
+#   A (10.231.1.2) ──── 10.231.1.0/24 ──── (10.231.1.1) coordinator (10.231.2.1) ──── 10.231.2.0/24 ──── (10.231.2.2) B
+#
+# The coordinator listens on 0.0.0.0 INSIDE its namespace only (both of its veth addresses);
+# A and B reach it over their own link. `lane drill --partition` runs the six steps of SPEC §9
+# and a seventh: B holds a 15 s lease, B's link is cut (`ip link set ... down` when B prints
+# `ACTION: cut-link-b`), the lease expires and the alarm promotes A; B's link returns (when A
+# prints `ACTION: restore-link-b`), B reads `refreshed: false` three times, parks as
+# lease-lost, and its late release leaves outcome expired + lateOutcome lease-lost.
+#
+# Namespaces, links and processes are removed on any exit (trap). When network namespaces
+# cannot be made here (not root, no CAP_SYS_ADMIN, no iproute2) it prints
+# "SKIPPED: <reason>" and exits 0 — only then.
+#
+# Environment: BIN (default .venv/bin), CONFIG (default deploy/example-config.toml),
+# DRILL_LANE (default drill:acceptance), DRILL_TIMEOUT (default 120).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=$(cd "${BIN:-.venv/bin}" && pwd)
+CONFIG=${CONFIG:-deploy/example-config.toml}
+LANE=${DRILL_LANE:-drill:acceptance}
+TIMEOUT=${DRILL_TIMEOUT:-120}
+
+skip() {
+  echo "SKIPPED: $*"
+  exit 0
+}
+
+# ---- capability check (the only way to exit 0 without running the drill)
+command -v ip >/dev/null 2>&1 || skip "\`ip\` (iproute2) is not installed (apt-get install -y iproute2)"
+tag="ld$$"
+probe="lane-drill-probe-$$"
+if ! err=$(ip netns add "$probe" 2>&1); then
+  skip "\`ip netns add\` is not permitted here: ${err:-unknown error} (needs root / CAP_SYS_ADMIN)"
+fi
+if ! err=$(ip -n "$probe" link add p0 type veth peer name p1 2>&1); then
+  ip netns del "$probe" 2>/dev/null || true
+  skip "veth pairs cannot be created here: ${err:-unknown error}"
+fi
+ip netns del "$probe"
+
+NSC="$tag-coord"
+NSA="$tag-a"
+NSB="$tag-b"
+work=$(mktemp -d "${TMPDIR:-/tmp}/lane-drill-netns.XXXXXX")
+pids=()
+
+cleanup() {
+  local pid ns
+  for pid in "${pids[@]}"; do
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 1 50); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  for ns in "$NSA" "$NSB" "$NSC"; do
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+say() { echo "netns: $*"; }
+
+# ---- namespaces and links
+for ns in "$NSC" "$NSA" "$NSB"; do
+  ip netns add "$ns"
+  ip -n "$ns" link set lo up
+done
+ip link add c2a netns "$NSC" type veth peer name a2c netns "$NSA"
+ip link add c2b netns "$NSC" type veth peer name b2c netns "$NSB"
+ip -n "$NSC" addr add 10.231.1.1/24 dev c2a
+ip -n "$NSA" addr add 10.231.1.2/24 dev a2c
+ip -n "$NSC" addr add 10.231.2.1/24 dev c2b
+ip -n "$NSB" addr add 10.231.2.2/24 dev b2c
+for pair in "$NSC c2a" "$NSC c2b" "$NSA a2c" "$NSB b2c"; do
+  set -- $pair
+  ip -n "$1" link set "$2" up
+done
+say "namespaces $NSC (10.231.1.1, 10.231.2.1), $NSA (10.231.1.2), $NSB (10.231.2.2)"
+
+# ---- the coordinator, inside its namespace only
+umask 077
+"$BIN/python" -c 'import secrets; print(secrets.token_urlsafe(32))' >"$work/token"
+token=$(cat "$work/token")
+mkdir -p "$work/data"
+ip netns exec "$NSC" "$BIN/lane-coordinator" serve --host 0.0.0.0 --port 0 \
+  --data-dir "$work/data" --config "$CONFIG" --token-file "$work/token" 2>"$work/server.log" &
+pids+=($!)
+port=""
+for _ in $(seq 1 600); do
+  port=$(sed -n 's/.*listening on http:\/\/0\.0\.0\.0:\([0-9]*\).*/\1/p' "$work/server.log" | head -n 1)
+  [ -n "$port" ] && break
+  kill -0 "${pids[0]}" 2>/dev/null || break
+  sleep 0.1
+done
+if [ -z "$port" ]; then
+  echo "netns: the coordinator did not start; its log:" >&2
+  tail -n 20 "$work/server.log" >&2
+  exit 1
+fi
+url_a="http://10.231.1.1:$port"
+url_b="http://10.231.2.1:$port"
+
+health() { # namespace url
+  ip netns exec "$1" "$BIN/python" -c 'import sys, urllib.request
+print(urllib.request.urlopen(sys.argv[1] + "/healthz", timeout=10).read().decode())' "$2"
+}
+health "$NSA" "$url_a" >/dev/null && health "$NSB" "$url_b" >/dev/null
+say "coordinator listening on 0.0.0.0:$port in $NSC; A uses $url_a, B uses $url_b"
+
+# ---- the two roles, each in its own namespace
+run_role() { # role machine namespace url
+  ip netns exec "$3" env -u LANE_ACCOUNT -u LANE_CLAIM -u LANE_STATE_DIR \
+    LANE_COORDINATOR_URL="$4" LANE_TOKEN="$token" LANE_MACHINE_ID="$2" \
+    LANE_CLAIM="$2-$(date +%s)-$RANDOM" LANE_REQUIRED=1 LANE_CONFIG_DIR="$work/config-$1" \
+    PYTHON_KEYRING_BACKEND=keyring.backends.fail.Keyring PYTHONUNBUFFERED=1 \
+    "$BIN/lane" drill --role "$1" --lane "$LANE" --timeout "$TIMEOUT" --partition \
+    >"$work/$1.log" 2>&1
+}
+: >"$work/a.log"
+: >"$work/b.log"
+run_role a netns-computer-a "$NSA" "$url_a" &
+pid_a=$!
+pids+=("$pid_a")
+run_role b netns-computer-b "$NSB" "$url_b" &
+pid_b=$!
+pids+=("$pid_b")
+
+# Follow both logs (prefixed) while acting on the ACTION lines.
+shown_a=0
+shown_b=0
+show() { # role file shown-count -> prints new lines, echoes the new count
+  local n
+  n=$(wc -l <"$2")
+  if [ "$n" -gt "$3" ]; then
+    sed -n "$(($3 + 1)),${n}p" "$2" | while IFS= read -r line; do printf '[%s] %s\n' "$1" "$line"; done >&2
+  fi
+  echo "$n"
+}
+cut=0
+restored=0
+while kill -0 "$pid_a" 2>/dev/null || kill -0 "$pid_b" 2>/dev/null; do
+  shown_a=$(show A "$work/a.log" "$shown_a")
+  shown_b=$(show B "$work/b.log" "$shown_b")
+  if [ "$cut" = 0 ] && grep -q 'ACTION: cut-link-b' "$work/b.log"; then
+    ip -n "$NSC" link set c2b down
+    cut=1
+    say "B's link cut: ip -n $NSC link set c2b down" >&2
+  fi
+  if [ "$cut" = 1 ] && [ "$restored" = 0 ] && grep -q 'ACTION: restore-link-b' "$work/a.log"; then
+    ip -n "$NSC" link set c2b up
+    restored=1
+    say "B's link restored: ip -n $NSC link set c2b up" >&2
+  fi
+  sleep 0.2
+done
+rc_a=0
+wait "$pid_a" || rc_a=$?
+rc_b=0
+wait "$pid_b" || rc_b=$?
+show A "$work/a.log" "$shown_a" >/dev/null
+show B "$work/b.log" "$shown_b" >/dev/null
+if [ "$cut" = 1 ] && [ "$restored" = 0 ]; then
+  ip -n "$NSC" link set c2b up
+fi
+
+# ---- after the drill: no live ticket on the drill lane or its barrier lane
+after_ok=1
+for l in "$LANE" "$LANE-barrier"; do
+  if ! out=$(ip netns exec "$NSA" env LANE_COORDINATOR_URL="$url_a" LANE_TOKEN="$token" \
+    LANE_MACHINE_ID=netns-check LANE_CONFIG_DIR="$work/config-check" \
+    PYTHON_KEYRING_BACKEND=keyring.backends.fail.Keyring \
+    "$BIN/lane" status --lane "$l" --json 2>&1); then
+    echo "netns: status of $l failed: $out" >&2
+    after_ok=0
+    continue
+  fi
+  counts=$(printf '%s' "$out" | "$BIN/python" -c \
+    'import json,sys; d=json.load(sys.stdin); print(len(d["held"]), len(d["queued"]))')
+  say "after: $l held ${counts% *} queued ${counts#* }"
+  [ "$counts" = "0 0" ] || after_ok=0
+done
+
+# Summary on stdout: both roles' PASS lines (the live logs above went to stderr).
+echo "netns: summary"
+grep -h '^PASS  step' "$work/a.log" | sed 's/^/[A] /'
+grep -h '^PASS  step' "$work/b.log" | sed 's/^/[B] /'
+if [ "$rc_a" = 0 ] && [ "$rc_b" = 0 ] && [ "$after_ok" = 1 ] && [ "$cut" = 1 ] && [ "$restored" = 1 ]; then
+  say "PASSED: seven steps over veth links (role A exit 0, role B exit 0, link cut and restored, no live tickets left)"
+  exit 0
+fi
+say "FAILED (role A exit $rc_a, role B exit $rc_b, link cut $cut restored $restored, lanes clean $after_ok)" >&2
+tail -n 20 "$work/server.log" >&2
+exit 1
