@@ -25,7 +25,7 @@ run: setup
 test: test-core test-ui
 
 test-core: setup
-	$(BIN)/pytest -q tests/unit tests/integration tests/acceptance tests/ops tests/client
+	$(BIN)/pytest -q tests/unit tests/integration tests/acceptance tests/ops tests/client tests/drill
 
 test-ui: setup
 	@sh scripts/ensure-chromium.sh
@@ -48,6 +48,16 @@ verify: setup
 	$(MAKE) --no-print-directory test
 	@LANE_COORDINATOR_TOKEN=$${LANE_COORDINATOR_TOKEN:-check-only-token-0123456789abcdefghijkl} \
 	  $(BIN)/lane-coordinator check --data-dir var/verify-data --config deploy/production-config.toml
+
+## make drill: the acceptance drill (SPEC §9): a fresh loopback coordinator, roles A and B as
+## two processes (tests/drill runs the same script in `make test`)
+drill: setup
+	@BIN=$(BIN) CONFIG=$(CONFIG) bash scripts/drill.sh
+
+## make drill-netns (root, Linux): the drill over veth links in three network namespaces,
+## plus step 7 (B's link cut mid-lease); prints "SKIPPED: reason" where netns is not allowed
+drill-netns: setup
+	@BIN=$(BIN) CONFIG=$(CONFIG) bash scripts/drill-netns.sh
 
 check: setup
 	@LANE_COORDINATOR_TOKEN=$${LANE_COORDINATOR_TOKEN:-check-only-token-0123456789abcdefghijkl} \
