@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import sqlite3
 import time
+from typing import Any
 
 import pytest
 import rfc8785
@@ -134,7 +135,7 @@ async def test_release_answers(coordinator: Server) -> None:
 async def test_receipt_store_replay_conflict_and_hash(coordinator: Server) -> None:
     async with mk(coordinator) as a, mk(coordinator, "studio-b", "claim-b") as b:
         ra = await a.acquire(LANE, "p", "1", "a")
-        payload = {"b": [1, 2.5, "x"], "a": {"é": True}, "n": 10}
+        payload: dict[str, Any] = {"b": [1, 2.5, "x"], "a": {"é": True}, "n": 10}
         r1 = await a.receipt(LANE, ra.ticket_id, "lease-acquired", payload)
         expected = "sha256:" + hashlib.sha256(rfc8785.dumps(payload)).hexdigest()
         assert r1.content_hash == expected

@@ -9,6 +9,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from lane_testkit import LANE_BIN, REPO, Server, lane, shared_env
@@ -203,7 +204,7 @@ def test_trace_holds_logs_and_releases_on_sigint(
         env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stdout is not None
-    events = []
+    events: list[dict[str, Any]] = []
     deadline = time.monotonic() + 60
     while sum(e["event"] == "heartbeat" for e in events) < 2 and time.monotonic() < deadline:
         line = proc.stdout.readline()

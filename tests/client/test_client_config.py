@@ -13,6 +13,7 @@ import pytest
 from client import config as cfg
 from client.api import LaneClient
 from client.config import connect, load_settings, write_private_file
+from client.errors import ConfigError
 
 TOKEN = "file-token-0123456789abcdefghijklmnopqrstuvwxyz"
 
@@ -24,7 +25,7 @@ def no_os_keyring() -> Iterator[None]:
     from keyring.backends import fail
 
     before = keyring.get_keyring()
-    keyring.set_keyring(fail.Keyring())
+    keyring.set_keyring(fail.Keyring())  # type: ignore[no-untyped-call]
     yield
     keyring.set_keyring(before)
 
@@ -71,7 +72,7 @@ def test_token_file_private_and_loose(tmp_path: Path) -> None:
     os.chmod(Path(env["LANE_CONFIG_DIR"]) / "token", 0o644)
     s = load_settings(environ=dict(env))
     assert s.token is None and s.token_problem is not None and "chmod 600" in s.token_problem
-    with pytest.raises(cfg.ConfigError) as ei:
+    with pytest.raises(ConfigError) as ei:
         connect(s)
     assert "chmod 600" in ei.value.message and "LANE_TOKEN" in ei.value.message
     s = load_settings(environ=dict(env, LANE_TOKEN="env-token"))
