@@ -518,7 +518,8 @@ def _cooldown_out(args: argparse.Namespace, r: CooldownReply) -> int:
     else:
         out("paused     no (unenforced lane)")
     if r.paused and r.pause is not None:
-        say(f"lane: paused {r.pause.reason_code} on every computer until {fmt_time(r.pause.until)}")
+        where = "every computer" if r.coordinator == "actor-sqlite" else "this computer"
+        say(f"lane: paused {r.pause.reason_code} on {where} until {fmt_time(r.pause.until)}")
     return EXIT_OK
 
 
@@ -683,7 +684,6 @@ async def cmd_trace(args: argparse.Namespace, settings: Settings, lane: str) -> 
                     break
                 if hb.state == "queued":
                     await _until(stop, b.await_ticket(lane, tid, min(args.interval, 60.0)))
-                    await _until(stop, asyncio.sleep(0))
                 else:
                     await _until(stop, asyncio.sleep(args.interval))
         finally:
