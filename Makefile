@@ -25,7 +25,7 @@ run: setup
 test: test-core test-ui
 
 test-core: setup
-	$(BIN)/pytest -q tests/unit tests/integration tests/acceptance tests/ops tests/client tests/drill
+	$(BIN)/pytest -q tests/unit tests/integration tests/acceptance tests/ops tests/client tests/drill tests/driver
 
 test-ui: setup
 	@sh scripts/ensure-chromium.sh

@@ -20,8 +20,9 @@ The turn, in order:
   means the lease is LOST: heartbeats stop, `turn.lease_lost` is set, `turn.needs` and the
   journal say `rerender:lease-lost`, `turn.lost` (an asyncio.Event) is set, `turn.check()`
   and `turn.submit()` raise `LeaseLost`, `turn.poll()`/`resume()`/`guard()` cancel the poll
-  they are running and raise `LeaseLost`, and the exit releases with `lease-lost`. Nothing is
-  ever resubmitted by the turn. The block's own task is NOT cancelled unless
+  they are running and raise `LeaseLost`, and the exit releases with `lease-lost` (and
+  raises `LeaseLost` even when the block itself ended normally). Nothing is ever resubmitted
+  by the turn. The block's own task is NOT cancelled unless
   `cancel_on_lease_lost=True` (then it gets a CancelledError at its current await, which the
   exit turns into `LeaseLost`): cancelling provider code mid-call can lose a job id, so the
   default is cooperative — call `turn.check()` or use `turn.guard()` around long waits.
@@ -77,7 +78,14 @@ from typing import IO, TYPE_CHECKING, Any, Final, TypeVar
 from client.clock import monotonic
 from client.config import DEFAULT_COOLDOWN_SECONDS, ENV_COOLDOWN, clamp_cooldown
 from client.errors import LaneClientError, NotFoundError
-from client.journal import NEEDS_LEASE_LOST, NEEDS_RECONCILE, Journal, Record, Window
+from client.journal import (
+    NEEDS_LEASE_LOST,
+    NEEDS_RECONCILE,
+    Journal,
+    Record,
+    Window,
+    new_attempt_id,
+)
 from client.models import CooldownReply, HeartbeatReply, LaneReply, Pause, ReleaseReply
 from client.receipts import Receipts
 from coordinator.constants import DEFAULT_LEASE_SECONDS
@@ -97,7 +105,7 @@ POLL_STATUSES: Final = frozenset({"completed", "failed", "timeout"})
 MAX_NOTE: Final = 500
 MAX_JOB_ID: Final = 256
 
-_ACTIVE: set[Window] = set()  # windows with a turn open in this process
+_ACTIVE: set[tuple[Window, str, str | None]] = set()  # (window, machine, claim) turns open
 
 
 # ---------------------------------------------------------------- errors
@@ -272,6 +280,9 @@ class Turn:
 
         # state, readable by the caller
         self.reply: LaneReply | None = None
+        #: one id per attempt at this window, kept across a crash/resume (journal): give it
+        #: to the provider as an idempotency key / metadata so `reconcile` can find the job
+        self.attempt_id: str = new_attempt_id()
         self.ticket_id: str | None = None
         self.claim_id: str | None = backend.claim_id  # the claim the ticket is held under
         self.fence: int | None = None
@@ -304,6 +315,7 @@ class Turn:
         self._exiting = False
         self._confirmed_until = math.inf
         self._registered = False
+        self._key = (self.window, backend.machine_id, backend.claim_id)
 
     def __repr__(self) -> str:
         return (
@@ -326,9 +338,9 @@ class Turn:
     # ------------------------------------------------------------ enter
 
     async def __aenter__(self) -> Turn:
-        if self.window in _ACTIVE:
+        if self._key in _ACTIVE:
             raise WindowBusy(f"this process already has a turn open for {self.window}")
-        _ACTIVE.add(self.window)
+        _ACTIVE.add(self._key)
         self._registered = True
         try:
             await self._enter()
@@ -344,7 +356,7 @@ class Turn:
 
     def _unregister(self) -> None:
         if self._registered:
-            _ACTIVE.discard(self.window)
+            _ACTIVE.discard(self._key)
             self._registered = False
 
     async def _enter(self) -> None:
@@ -382,7 +394,7 @@ class Turn:
         self.reply = reply
         self.ticket_id = reply.ticket_id
         if self.journal is not None:
-            self.journal.start(
+            started = self.journal.start(
                 self.window,
                 ticket_id=reply.ticket_id,
                 machine_id=self._ops.machine_id,
@@ -390,6 +402,7 @@ class Turn:
                 fence=reply.ticket.fence,
                 keep_job=self.pending is not None,
             )
+            self.attempt_id = started.attempt_id
         try:
             reply = await self._wait_for_grant(reply)
         except BaseException:
@@ -892,6 +905,9 @@ class Turn:
             if task is not None:
                 task.uncancel()
             raise LeaseLost(self.ticket_id, self.lease_lost_reason) from None
+        if exc is None and self.lease_lost:
+            # never let a block that lost its lease read as a success
+            raise LeaseLost(self.ticket_id, self.lease_lost_reason)
 
     async def _exit(self, exc: BaseException | None) -> None:
         await self._stop_heartbeat()

@@ -26,6 +26,7 @@ protocol). It is safe for several threads and processes of one computer.
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -58,6 +59,7 @@ CREATE TABLE IF NOT EXISTS windows (
     project         TEXT NOT NULL,
     scene           TEXT NOT NULL,
     prompt_hash     TEXT NOT NULL,
+    attempt_id      TEXT NOT NULL,
     ticket_id       TEXT,
     machine_id      TEXT,
     claim_id        TEXT,
@@ -73,9 +75,14 @@ CREATE TABLE IF NOT EXISTS windows (
 ) WITHOUT ROWID;
 """
 _COLUMNS = (
-    "lane, project, scene, prompt_hash, ticket_id, machine_id, claim_id, fence, "
+    "lane, project, scene, prompt_hash, attempt_id, ticket_id, machine_id, claim_id, fence, "
     "provider_job_id, phase, needs, outcome, created_at, updated_at"
 )
+
+
+def new_attempt_id() -> str:
+    """`a_` + 96 random bits, hex: an id for one attempt at a window."""
+    return "a_" + secrets.token_hex(12)
 
 
 class Window(NamedTuple):
@@ -93,6 +100,7 @@ class Record:
     project: str
     scene: str
     prompt_hash: str
+    attempt_id: str  # minted per fresh attempt, kept across resume: an idempotency key
     ticket_id: str | None
     machine_id: str | None
     claim_id: str | None
@@ -229,18 +237,19 @@ class Journal:
         now = self._clock()
         with self._tx() as db:
             old = db.execute(
-                "SELECT provider_job_id, phase, needs, created_at FROM windows "
+                "SELECT provider_job_id, phase, needs, created_at, attempt_id FROM windows "
                 "WHERE lane = ? AND project = ? AND scene = ? AND prompt_hash = ?",
                 tuple(window),
             ).fetchone()
-            job, phase, needs, created = None, "acquired", None, now
+            job, phase, needs, created, attempt = None, "acquired", None, now, new_attempt_id()
             if old is not None and keep_job:
-                job, phase, needs, created = old[0], old[1], old[2], old[3]
+                job, phase, needs, created, attempt = old
             db.execute(
                 f"INSERT OR REPLACE INTO windows ({_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
-                (*window, ticket_id, machine_id, claim_id, fence, job, phase, needs, created, now),
-            )
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
+                (*window, attempt, ticket_id, machine_id, claim_id, fence, job, phase, needs,
+                 created, now),
+            )  # fmt: skip
         rec = self.get(window)
         assert rec is not None
         return rec
@@ -305,4 +314,5 @@ __all__ = [
     "Phase",
     "Record",
     "Window",
+    "new_attempt_id",
 ]

@@ -1,0 +1,79 @@
+"""Fixtures for the driver tests (helpers in driver_kit.py): the real coordinator on loopback
+with a ManualClock and a temp data dir, LaneClients closed at teardown, a journal in a temp
+state dir, and a clean environment for driver subprocesses."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from driver_kit import Coord, clean_env, start_coordinator
+
+from client.api import LaneClient
+from client.journal import JOURNAL_FILE, Journal
+from coordinator.clock import ManualClock
+
+
+@pytest.fixture
+def coord(tmp_path: Path) -> Iterator[Coord]:
+    """The real coordinator (ManualClock: time moves only with coord.advance). Routes
+    `drill` and `render` have capacity 1; route `free` is unenforced."""
+    c = start_coordinator(tmp_path / "coordinator-data", ManualClock())
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+async def clients(coord: Coord) -> AsyncIterator[Callable[..., LaneClient]]:
+    """clients(machine, claim, **kw) -> a LaneClient on `coord`, closed at teardown."""
+    made: list[LaneClient] = []
+
+    def make(machine: str = "studio-a", claim: str | None = "claim-a", **kw: Any) -> LaneClient:
+        c = coord.client(machine, claim, **kw)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        await c.close()
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "lane-state"
+    d.mkdir(exist_ok=True)
+    return d
+
+
+@pytest.fixture
+def journal(state_dir: Path) -> Iterator[Journal]:
+    j = Journal(state_dir / JOURNAL_FILE)
+    yield j
+    j.close()
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return clean_env(tmp_path)
+
+
+@pytest.fixture
+def refused_port() -> int:
+    """A port nothing listens on (bound, then closed): connection refused."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port: int = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+@pytest.fixture
+def no_lane_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No LANE_* variable from the developer's shell leaks into a test."""
+    for k in list(os.environ):
+        if k.startswith("LANE_"):
+            monkeypatch.delenv(k)
