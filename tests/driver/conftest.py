@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from driver_kit import Coord, clean_env, start_coordinator
 
 from client.api import LaneClient
 from client.journal import JOURNAL_FILE, Journal
 from coordinator.clock import ManualClock
+
+from .driver_kit import Coord, clean_env, start_coordinator
 
 
 @pytest.fixture

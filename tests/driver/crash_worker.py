@@ -11,13 +11,12 @@ import asyncio
 import os
 import sys
 
-from driver_kit import LANE
-
 from client.api import LaneClient
 from client.driver import Turn
 from client.example_driver import SimulatedProvider
 from client.journal import Journal
 
+LANE = "drill:example"  # driver_kit.LANE (this file runs as a script, not in the package)
 H = "sha256:" + "77" * 32
 
 

@@ -8,10 +8,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from driver_kit import LANE, PY, REPO, Coord
 
 from client.config import ENV_CLAIM, connect, load_settings
 from client.driver import Turn
+
+from .driver_kit import LANE, PY, REPO, Coord
 
 CHILD = (
     "import os; from client.config import load_settings; "

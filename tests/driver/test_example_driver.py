@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from driver_kit import LANE, PY, REPO, Coord, last_json
 
 from client.api import LaneClient
+
+from .driver_kit import LANE, PY, REPO, Coord, last_json
 
 
 def run_driver(env: dict[str, str], *args: str) -> tuple[int, dict[str, Any], str]:

@@ -8,12 +8,13 @@ import logging
 from collections.abc import Callable
 
 import pytest
-from driver_kit import LANE, Coord
 
 from client.api import LaneClient
 from client.config import load_settings
 from client.driver import ProviderHumanCheck, Turn, TurnNotHeld, human_check_cooldown_seconds
 from client.journal import Journal
+
+from .driver_kit import LANE, Coord
 
 H = "sha256:" + "ef" * 32
 Clients = Callable[..., LaneClient]

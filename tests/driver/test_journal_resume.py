@@ -10,12 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from driver_kit import LANE, PY, Coord, FakeProvider
 
 from client.api import LaneClient
 from client.driver import AlreadySubmitted, ReconcileRequired, Turn
 from client.example_driver import SimulatedProvider
 from client.journal import JOURNAL_FILE, NEEDS_RECONCILE, Journal, Window
+
+from .driver_kit import LANE, PY, Coord, FakeProvider
 
 H = "sha256:" + "77" * 32  # crash_worker.py's window: (LANE, proj, scene-1, H)
 WINDOW = Window(LANE, "proj", "scene-1", H)

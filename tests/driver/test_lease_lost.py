@@ -7,13 +7,14 @@ import asyncio
 from collections.abc import Callable
 
 import pytest
-from driver_kit import LANE, Coord, FakeProvider, Recording, wait_until
 
 import client.driver as driver_mod
 from client.api import LaneClient
 from client.clock import monotonic
 from client.driver import LeaseLost, Turn
 from client.journal import NEEDS_LEASE_LOST, Journal
+
+from .driver_kit import LANE, Coord, FakeProvider, Recording, wait_until
 
 H = "sha256:" + "cd" * 32
 Clients = Callable[..., LaneClient]

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 import rfc8785
-from driver_kit import LANE, Coord, FakeProvider
 
 from client.api import LaneClient
 from client.driver import Turn
@@ -30,6 +29,8 @@ from client.receipts import (
     receipt_id,
     references_applied_payload,
 )
+
+from .driver_kit import LANE, Coord, FakeProvider
 
 H = "sha256:" + "12" * 32
 Clients = Callable[..., LaneClient]

@@ -6,11 +6,12 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from driver_kit import LANE, Coord, FakeProvider
 
 from client.driver import LeaseLost, ProviderHumanCheck, ReconcileRequired, SyncTurn
 from client.journal import Journal
 from client.sync import SyncLaneClient
+
+from .driver_kit import LANE, Coord, FakeProvider
 
 H = "sha256:" + "99" * 32
 

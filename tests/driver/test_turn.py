@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import rfc8785
-from driver_kit import FREE_LANE, LANE, Coord, FakeProvider, start_coordinator, wait_until
 
 from client.api import LaneClient
 from client.driver import NotGranted, NotSubmitted, Turn, TurnNotHeld, WaitUpdate, WindowBusy
@@ -18,6 +17,8 @@ from client.journal import Journal
 from client.local import LocalQueue
 from client.receipts import PHASES, hash_bytes
 from coordinator.clock import SystemClock
+
+from .driver_kit import FREE_LANE, LANE, Coord, FakeProvider, start_coordinator, wait_until
 
 H = "sha256:" + "ab" * 32
 Clients = Callable[..., LaneClient]

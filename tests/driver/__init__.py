@@ -1,0 +1,1 @@
+"""Driver helper tests (client/driver.py, journal.py, receipts.py, example_driver.py)."""
