@@ -1120,7 +1120,11 @@ class DrillRole:
                         "still live on the drill lane: "
                         + ", ".join(f"{t.ticket_id} ({t.state})" for t in left)
                     )
-                after = f"{self.lane}: {len(left)} live drill tickets of this run"
+                after = f"{len(left)} live drill tickets of this run left on {self.lane}"
+                if left:
+                    after += (
+                        " (" + ", ".join(f"{t.ticket_id} by {t.machine_id}" for t in left) + ")"
+                    )
         b_released, b_problems = await self.barrier.release_all()
         problems += b_problems
         detail = (

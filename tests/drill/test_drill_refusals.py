@@ -1,0 +1,94 @@
+"""`lane drill` refuses what it must never touch: the production account (whatever the flags
+say), LANE_ACCOUNT's account, an unenforced lane, a coordinator that is not the shared one.
+Each refusal exits non-zero and leaves no ticket behind."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from drillkit import BIN, Coordinator, clean_env, drill, role_env
+
+
+@pytest.fixture(scope="module")
+def coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinator]:
+    c = Coordinator(tmp_path_factory.mktemp("refusals"))
+    yield c
+    c.stop()
+
+
+@pytest.mark.parametrize(
+    ("args", "extra_env", "lane", "expect"),
+    [
+        (["--lane", "drill:main-unlimited"], {}, "drill:main-unlimited", "production account"),
+        (["--route", "drill", "--account", "main-unlimited"], {}, "drill:main-unlimited",
+         "production account"),
+        ([], {"LANE_ACCOUNT": "acceptance"}, "drill:acceptance", "LANE_ACCOUNT"),
+        (["--lane", "drill:studio"], {"LANE_ACCOUNT": "studio"}, "drill:studio", "LANE_ACCOUNT"),
+    ],
+)  # fmt: skip
+def test_production_accounts_are_refused(
+    coordinator: Coordinator,
+    tmp_path: Path,
+    args: list[str],
+    extra_env: dict[str, str],
+    lane: str,
+    expect: str,
+) -> None:
+    env = role_env(tmp_path, coordinator, "refuse-a", **extra_env)
+    p = drill(env, "--role", "a", "--timeout", "5", *args)
+    assert p.wait(120) == 1, p.text
+    assert "drill refuses account" in p.text and expect in p.text, p.text
+    assert "PASS" not in p.text
+    # Nothing was acquired anywhere: neither the refused lane nor its barrier lane exists.
+    files = {f.name for f in coordinator.data_dir.iterdir()}
+    route, account = lane.split(":")
+    assert f"{route}+{account}.sqlite" not in files
+    assert f"{route}+{account}-barrier.sqlite" not in files
+    assert coordinator.token not in p.text
+
+
+def test_unenforced_lane_is_refused(coordinator: Coordinator, tmp_path: Path) -> None:
+    env = role_env(tmp_path, coordinator, "refuse-b")
+    p = drill(env, "--role", "b", "--lane", "free-route:acceptance", "--timeout", "5")
+    assert p.wait(120) == 1, p.text
+    assert "FAIL  step 0/6" in p.text and "is unenforced here" in p.text, p.text
+    assert "PASS  step" not in p.text
+    assert coordinator.status("free-route:acceptance-barrier")["enforced"] is False
+
+
+async def test_non_shared_coordinator_is_refused(aiohttp_server: Any, tmp_path: Path) -> None:
+    """A server that answers like the local queue (coordinator: local-sqlite) is refused
+    before anything is acquired: exit 3 (pre-provider), only status was asked."""
+    hits: list[str] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        hits.append(request.path)
+        body = await request.json()
+        return web.json_response(
+            {"coordinator": "local-sqlite", "lane": body.get("lane"), "enforced": True,
+             "capacity": 1, "held": [], "queued": [], "pause": None, "now": 1.0}
+        )  # fmt: skip
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    server = await aiohttp_server(app)
+    env = clean_env(tmp_path)
+    env.update(
+        LANE_COORDINATOR_URL=str(server.make_url("")).rstrip("/"),
+        LANE_TOKEN="fake-token-0123456789abcdefghijklmnopqrstuvwxyz",
+        LANE_MACHINE_ID="refuse-c",
+    )
+    proc = await asyncio.create_subprocess_exec(
+        str(BIN / "lane"), "drill", "--role", "a", "--timeout", "5",
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    raw, _ = await asyncio.wait_for(proc.communicate(), 120)
+    text = raw.decode()
+    assert proc.returncode == 3, text
+    assert "not 'actor-sqlite'" in text and "not the shared coordinator" in text, text
+    assert hits and set(hits) == {"/v1/lanes/status"}, hits
