@@ -424,6 +424,8 @@ class Turn:
         """Take over the ticket an earlier driver process of this computer left live."""
         if not rec.ticket_may_be_live or rec.ticket_id is None:
             return None
+        if rec.ticket_id.startswith("unlimited-"):
+            return None  # unenforced lane: the coordinator never held it
         if rec.machine_id != self.backend.machine_id or not rec.claim_id:
             return None
         view = claim_view(self.backend, rec.claim_id)
@@ -437,12 +439,15 @@ class Turn:
         if hb.reason not in (None, "not-held"):
             return None  # expired / done / not-owner: that ticket is over
         self._ops, self.claim_id, self.adopted = view, rec.claim_id, True
+        self.ticket_id = rec.ticket_id
         log.info("adopted ticket %s (claim %s) left live by an earlier run", rec.ticket_id,
                  rec.claim_id)  # fmt: skip
         if hb.refreshed:
             self._confirmed_until = sent + self.lease_seconds
-        # one await call turns the ticket into a full LaneReply (held answers at once)
-        return await view.await_ticket(self.lane, rec.ticket_id, 1)
+            # a held ticket: `await` answers at once with the full reply
+            return await view.await_ticket(self.lane, rec.ticket_id, 1)
+        # still queued: this is the first long poll of the wait for its grant
+        return await view.await_ticket(self.lane, rec.ticket_id, self.wait_seconds)
 
     async def _wait_for_grant(self, reply: LaneReply) -> LaneReply:
         deadline = None if self.max_wait is None else monotonic() + self.max_wait
@@ -528,15 +533,16 @@ class Turn:
                 hb = HeartbeatReply(
                     coordinator="", refreshed=False, state="done", reason="not-found"
                 )
-            except LaneClientError as exc:
+            except Exception as exc:  # network, 5xx, malformed, fail-closed: not a refusal
                 self.heartbeat_errors += 1
                 if monotonic() >= self._confirmed_until:
                     self._lose("unconfirmed")
                     return
+                code = exc.code if isinstance(exc, LaneClientError) else type(exc).__name__
                 log.warning(
                     "heartbeat for %s failed (%s): not a refusal, retrying in %g s",
                     self.ticket_id,
-                    exc.code,
+                    code,
                     self.heartbeat_interval,
                 )
                 delay = self.heartbeat_interval
@@ -578,7 +584,13 @@ class Turn:
             f"window marked needs {NEEDS_LEASE_LOST}; nothing will be resubmitted"
         )
         task = self._block_task
-        if self.cancel_on_lease_lost and task is not None and not task.done() and not self._exiting:
+        if (
+            self.cancel_on_lease_lost
+            and task is not None
+            and not task.done()
+            and not self._exiting
+            and task is not asyncio.current_task()  # check() in the block raises instead
+        ):
             self._cancelled_for_loss = True
             task.cancel()
 

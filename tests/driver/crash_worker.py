@@ -1,9 +1,10 @@
 """A driver process that dies (os._exit, like kill -9) in the middle of a turn.
 
-    python crash_worker.py URL TOKEN JOURNAL PROVIDER_DIR CLAIM {after-submit|during-submit}
+    python crash_worker.py URL TOKEN JOURNAL PROVIDER_DIR CLAIM {after-submit|during-submit|queued}
 
 Prints the ticket id once it holds the ticket, then submits to the file-backed simulated
-provider of client/example_driver.py and exits with code 17 without releasing anything."""
+provider of client/example_driver.py and exits with code 17 without releasing anything.
+(`queued`: the test kills it with SIGKILL while it still waits for its grant.)"""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from client.driver import AlreadySubmitted, ReconcileRequired, Turn
 from client.example_driver import SimulatedProvider
 from client.journal import JOURNAL_FILE, NEEDS_RECONCILE, Journal, Window
 
-from .driver_kit import LANE, PY, Coord, FakeProvider
+from .driver_kit import LANE, PY, Coord, FakeProvider, wait_until
 
 H = "sha256:" + "77" * 32  # crash_worker.py's window: (LANE, proj, scene-1, H)
 WINDOW = Window(LANE, "proj", "scene-1", H)
@@ -142,6 +142,43 @@ async def test_a_crash_during_submit_is_reconciled_before_any_submit(
         assert status == "completed" and provider.submits == 0
         assert provider.finds == [rec.attempt_id] and len(provider.polls) == 1
     assert (await restarted.history(LANE)).entries[0].provider_job_id == provider.polls[0]
+
+
+async def test_a_driver_killed_while_queued_is_adopted_not_queued_behind(
+    coord: Coord, clients: Clients, env: dict[str, str], state_dir: Path
+) -> None:
+    other = clients("studio-b", "claim-b")
+    async with Turn(other, LANE, "proj", "scene-0", H) as holder:
+        worker = subprocess.Popen(
+            [PY, str(WORKER), coord.url, coord.token, str(state_dir / JOURNAL_FILE),
+             str(state_dir / "provider"), "claim-killed", "queued"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            with Journal(state_dir / JOURNAL_FILE) as journal:
+                await wait_until(lambda: journal.get(WINDOW) is not None, 60, "a queued row")
+        finally:
+            worker.kill()  # SIGKILL: no release, no cleanup
+            worker.wait(30)
+        with Journal(state_dir / JOURNAL_FILE) as journal:
+            rec = journal.get(WINDOW)
+            assert rec is not None and rec.phase == "acquired" and rec.fence is None
+            restarted = clients("studio-a", "claim-restarted")
+            waiting = Turn(restarted, LANE, "proj", "scene-1", H, journal=journal)
+            task = asyncio.create_task(waiting.__aenter__())
+            await wait_until(lambda: waiting.ticket_id is not None, 30, "the adopted ticket")
+            assert waiting.adopted and waiting.ticket_id == rec.ticket_id
+            st = await restarted.status(LANE)
+            assert [t.ticket_id for t in st.queued] == [rec.ticket_id]  # no second ticket
+            assert not task.done()
+            await holder.__aexit__(None, None, None)  # (the outer exit then does nothing)
+            holder.released = True
+            await asyncio.wait_for(task, 30)
+            assert waiting.granted and waiting.fence == 2
+            await waiting.__aexit__(None, None, None)
+    hist = await restarted.history(LANE)
+    assert (hist.entries[0].ticket_id, hist.entries[0].outcome) == (rec.ticket_id, "completed")
+    assert hist.entries[0].claim_id == "claim-killed"
 
 
 async def test_a_submit_that_raises_keeps_its_ticket_until_reconciled(

@@ -158,3 +158,19 @@ async def test_poll_is_cancelled_when_the_lease_is_lost(clients: Clients, journa
     rec = journal.get(turn.window)
     assert rec is not None and rec.phase == "lease-lost" and rec.provider_job_id == job
     assert provider.submits == [job]
+
+
+async def test_check_inside_the_block_raises_without_cancelling_it(
+    coord: Coord, clients: Clients, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = clients()
+    turn = Turn(a, LANE, "proj", "scene-1", H, cancel_on_lease_lost=True, **FAST)  # type: ignore[arg-type]
+    with pytest.raises(LeaseLost, match="unconfirmed"):
+        async with turn:
+            coord.faults["/v1/lanes/heartbeat"] = "503"
+            monkeypatch.setattr(driver_mod, "monotonic", lambda: monotonic() + 16)
+            turn.check()  # detects it first, in the block's own task
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+    # the exit ran to the end: the release was sent (the lease had not really run out)
+    assert turn.release_reply is not None and turn.release_reply.outcome == "lease-lost"
