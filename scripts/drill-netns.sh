@@ -41,27 +41,52 @@ if ! err=$(ip -n "$probe" link add p0 type veth peer name p1 2>&1); then
   ip netns del "$probe" 2>/dev/null || true
   skip "veth pairs cannot be created here: ${err:-unknown error}"
 fi
+if ! err=$(ip netns exec "$probe" true 2>&1); then
+  ip netns del "$probe" 2>/dev/null || true
+  skip "\`ip netns exec\` is not permitted here: ${err:-unknown error}"
+fi
 ip netns del "$probe"
 
 NSC="$tag-coord"
 NSA="$tag-a"
 NSB="$tag-b"
 work=$(mktemp -d "${TMPDIR:-/tmp}/lane-drill-netns.XXXXXX")
-pids=()
+role_pids=()
+server_pid=""
+
+show() { # role file shown-count -> prints new lines, echoes the new count
+  local n
+  n=$(wc -l <"$2")
+  if [ "$n" -gt "$3" ]; then
+    sed -n "$(($3 + 1)),${n}p" "$2" | while IFS= read -r line; do printf '[%s] %s\n' "$1" "$line"; done >&2
+  fi
+  echo "$n"
+}
+
+stop_pid() { # pid: TERM, up to 10 s, then KILL
+  kill -TERM "$1" 2>/dev/null || true
+  for _ in $(seq 1 100); do
+    kill -0 "$1" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -KILL "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}
 
 cleanup() {
   local pid ns
-  for pid in "${pids[@]}"; do
+  # Roles first (TERM: a role releases its tickets while the coordinator still runs).
+  for pid in "${role_pids[@]}"; do
     kill -TERM "$pid" 2>/dev/null || true
   done
-  for pid in "${pids[@]}"; do
-    for _ in $(seq 1 50); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
+  for pid in "${role_pids[@]}"; do
+    stop_pid "$pid"
   done
+  if [ -f "$work/a.log" ] && [ "${finished:-0}" = 0 ]; then # interrupted: the roles' last words
+    show A "$work/a.log" "${shown_a:-0}" >/dev/null
+    show B "$work/b.log" "${shown_b:-0}" >/dev/null
+  fi
+  [ -z "$server_pid" ] || stop_pid "$server_pid"
   for ns in "$NSA" "$NSB" "$NSC"; do
     ip netns del "$ns" 2>/dev/null || true
   done
@@ -96,12 +121,12 @@ token=$(cat "$work/token")
 mkdir -p "$work/data"
 ip netns exec "$NSC" "$BIN/lane-coordinator" serve --host 0.0.0.0 --port 0 \
   --data-dir "$work/data" --config "$CONFIG" --token-file "$work/token" 2>"$work/server.log" &
-pids+=($!)
+server_pid=$!
 port=""
 for _ in $(seq 1 600); do
   port=$(sed -n 's/.*listening on http:\/\/0\.0\.0\.0:\([0-9]*\).*/\1/p' "$work/server.log" | head -n 1)
   [ -n "$port" ] && break
-  kill -0 "${pids[0]}" 2>/dev/null || break
+  kill -0 "$server_pid" 2>/dev/null || break
   sleep 0.1
 done
 if [ -z "$port" ]; then
@@ -121,7 +146,7 @@ say "coordinator listening on 0.0.0.0:$port in $NSC; A uses $url_a, B uses $url_
 
 # ---- the two roles, each in its own namespace
 run_role() { # role machine namespace url
-  ip netns exec "$3" env -u LANE_ACCOUNT -u LANE_CLAIM -u LANE_STATE_DIR \
+  exec ip netns exec "$3" env -u LANE_ACCOUNT -u LANE_CLAIM -u LANE_STATE_DIR \
     LANE_COORDINATOR_URL="$4" LANE_TOKEN="$token" LANE_MACHINE_ID="$2" \
     LANE_CLAIM="$2-$(date +%s)-$RANDOM" LANE_REQUIRED=1 LANE_CONFIG_DIR="$work/config-$1" \
     PYTHON_KEYRING_BACKEND=keyring.backends.fail.Keyring PYTHONUNBUFFERED=1 \
@@ -132,22 +157,14 @@ run_role() { # role machine namespace url
 : >"$work/b.log"
 run_role a netns-computer-a "$NSA" "$url_a" &
 pid_a=$!
-pids+=("$pid_a")
+role_pids+=("$pid_a")
 run_role b netns-computer-b "$NSB" "$url_b" &
 pid_b=$!
-pids+=("$pid_b")
+role_pids+=("$pid_b")
 
 # Follow both logs (prefixed) while acting on the ACTION lines.
 shown_a=0
 shown_b=0
-show() { # role file shown-count -> prints new lines, echoes the new count
-  local n
-  n=$(wc -l <"$2")
-  if [ "$n" -gt "$3" ]; then
-    sed -n "$(($3 + 1)),${n}p" "$2" | while IFS= read -r line; do printf '[%s] %s\n' "$1" "$line"; done >&2
-  fi
-  echo "$n"
-}
 cut=0
 restored=0
 while kill -0 "$pid_a" 2>/dev/null || kill -0 "$pid_b" 2>/dev/null; do
@@ -169,8 +186,10 @@ rc_a=0
 wait "$pid_a" || rc_a=$?
 rc_b=0
 wait "$pid_b" || rc_b=$?
+role_pids=()
 show A "$work/a.log" "$shown_a" >/dev/null
 show B "$work/b.log" "$shown_b" >/dev/null
+finished=1
 if [ "$cut" = 1 ] && [ "$restored" = 0 ]; then
   ip -n "$NSC" link set c2b up
 fi

@@ -23,11 +23,31 @@ data=${DRILL_DATA_DIR:-$work/data}
 server_pid=""
 role_pids=()
 
+show() { # label file lines-shown -> prints the new lines, echoes the new count
+  local n
+  n=$(wc -l <"$2")
+  if [ "$n" -gt "$3" ]; then
+    sed -n "$(($3 + 1)),${n}p" "$2" | while IFS= read -r line; do printf '%s %s\n' "$1" "$line"; done >&2
+  fi
+  echo "$n"
+}
+
 cleanup() {
   local pid
-  for pid in "${role_pids[@]}"; do
-    kill "$pid" 2>/dev/null || true
+  for pid in "${role_pids[@]}"; do # TERM: a role releases its tickets before it exits
+    kill -TERM "$pid" 2>/dev/null || true
   done
+  for pid in "${role_pids[@]}"; do
+    for _ in $(seq 1 100); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+  if [ "${#role_pids[@]}" -gt 0 ] && [ -f "$work/a.log" ]; then # interrupted: the roles' last words
+    show "[A]" "$work/a.log" "${shown_a:-0}" >/dev/null
+    show "[B]" "$work/b.log" "${shown_b:-0}" >/dev/null
+  fi
   if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
     kill -TERM "$server_pid" 2>/dev/null || true
     for _ in $(seq 1 100); do
@@ -66,26 +86,38 @@ echo "drill: fresh coordinator at $url (data $data, config $CONFIG); lane $LANE"
 
 # Each role: its own machine id, claim and config dir; no LANE_ACCOUNT (the drill refuses the
 # account real renders use), the token only in the environment (never on a command line).
-run_role() {
-  local role=$1 machine=$2
-  env -u LANE_ACCOUNT -u LANE_CLAIM -u LANE_STATE_DIR \
-    LANE_COORDINATOR_URL="$url" LANE_TOKEN="$token" LANE_MACHINE_ID="$machine" \
-    LANE_CLAIM="$machine-$(date +%s)-$RANDOM" LANE_REQUIRED=1 \
-    LANE_CONFIG_DIR="$work/config-$role" PYTHON_KEYRING_BACKEND=keyring.backends.fail.Keyring \
+run_role() { # role machine
+  exec env -u LANE_ACCOUNT -u LANE_CLAIM -u LANE_STATE_DIR \
+    LANE_COORDINATOR_URL="$url" LANE_TOKEN="$token" LANE_MACHINE_ID="$2" \
+    LANE_CLAIM="$2-$(date +%s)-$RANDOM" LANE_REQUIRED=1 \
+    LANE_CONFIG_DIR="$work/config-$1" PYTHON_KEYRING_BACKEND=keyring.backends.fail.Keyring \
     PYTHONUNBUFFERED=1 \
-    "$BIN/lane" drill --role "$role" --lane "$LANE" --timeout "$TIMEOUT"
+    "$BIN/lane" drill --role "$1" --lane "$LANE" --timeout "$TIMEOUT" >"$work/$1.log" 2>&1
 }
+: >"$work/a.log"
+: >"$work/b.log"
+run_role a drill-computer-a &
+pid_a=$!
+role_pids+=("$pid_a")
+run_role b drill-computer-b &
+pid_b=$!
+role_pids+=("$pid_b")
 
-label() { while IFS= read -r line; do printf '%s%s\n' "$1" "$line"; done; }
-
-{ run_role a drill-computer-a 2>&1; echo $? >"$work/a.rc"; } | label "[A] " &
-role_pids+=($!)
-{ run_role b drill-computer-b 2>&1; echo $? >"$work/b.rc"; } | label "[B] " &
-role_pids+=($!)
-wait "${role_pids[@]}" || true
+# Follow both logs, each line prefixed with its role, until both roles have exited.
+shown_a=0
+shown_b=0
+while kill -0 "$pid_a" 2>/dev/null || kill -0 "$pid_b" 2>/dev/null; do
+  shown_a=$(show "[A]" "$work/a.log" "$shown_a")
+  shown_b=$(show "[B]" "$work/b.log" "$shown_b")
+  sleep 0.2
+done
+rc_a=0
+wait "$pid_a" || rc_a=$?
+rc_b=0
+wait "$pid_b" || rc_b=$?
 role_pids=()
-rc_a=$(cat "$work/a.rc" 2>/dev/null || echo 1)
-rc_b=$(cat "$work/b.rc" 2>/dev/null || echo 1)
+show "[A]" "$work/a.log" "$shown_a" >/dev/null
+show "[B]" "$work/b.log" "$shown_b" >/dev/null
 
 # After the drill: no live ticket on the drill lane or its barrier lane.
 after_ok=1
