@@ -60,8 +60,12 @@ class Harness:
         *,
         now: float = T0,
         snapshot: LaneSnapshot | None = None,
+        actor_style: bool = False,
         **settings: Any,
     ) -> None:
+        # actor_style: run `advance(now)` before every operation, as the lane actor and the
+        # local queue do (so an operation that raises cannot lose what the tick changed).
+        self.actor_style = actor_style
         self.now = now
         self.core = LaneCore(
             LANE, make_settings(capacity, **settings), snapshot or LaneSnapshot(), now
@@ -81,8 +85,14 @@ class Harness:
     def later(self, seconds: float) -> Harness:
         return self.at(self.now + seconds)
 
+    def _begin(self) -> None:
+        self.last = Effects()
+        if self.actor_style:
+            self._record(self.core.advance(self.now))
+
     def _record(self, fx: Effects) -> Effects:
-        self.last = fx
+        if fx is not self.last:
+            self.last.extend(fx)
         self.changes.extend(fx.changes)
         for ch in fx.changes:
             if isinstance(ch, PutTicket):
@@ -108,7 +118,7 @@ class Harness:
         claim: str | None = "cA",
         lease: float | None = None,
     ) -> dict[str, Any]:
-        self.last = Effects()
+        self._begin()
         n = next(self._ids)
         cmd = Acquire(
             machine_id=machine,
@@ -138,7 +148,7 @@ class Harness:
     def _who(
         self, ticket_id: str, machine: str | None, claim: str | None, default_claim: bool
     ) -> TicketCall:
-        self.last = Effects()
+        self._begin()
         om, oc = self.owner_of(ticket_id)
         m = om if machine is None else machine
         c = (oc if default_claim else None) if claim is None else claim
@@ -218,7 +228,7 @@ class Harness:
         existing: Receipt | None = None,
         payload_json: str = "{}",
     ) -> tuple[dict[str, Any], bool]:
-        self.last = Effects()
+        self._begin()
         t = self.tickets[ticket_id]
         cmd = RecordReceipt(
             machine_id=t.machine_id if machine is None else machine,
@@ -236,7 +246,10 @@ class Harness:
 
     def advance(self, now: float) -> Effects:
         self.at(now)
-        return self._record(self.core.advance(now))
+        self.last = Effects()
+        fx = self.core.advance(now)
+        self._record(fx)
+        return fx
 
     # -------------------------------------------------------------- reads
 

@@ -308,6 +308,10 @@ def test_non_owner_never_granted_and_collision_recorded() -> None:
     other_claim = h.acquire("p", "s", "h", machine="mA", claim="cZ")
     assert other_claim["granted"] is False and other_claim["ticket"]["ticketId"] == tid
     assert h.incidents(h.last) == [IncidentKind.DUPLICATE_COLLISION.value]
+    # A claimless acquire from the owner's machine is not the creating pair either.
+    claimless = h.acquire("p", "s", "h", machine="mA", claim=None)
+    assert claimless["granted"] is False and claimless["ticket"]["ticketId"] == tid
+    assert h.incidents(h.last) == [IncidentKind.DUPLICATE_COLLISION.value]
 
 
 def test_non_owner_of_queued_duplicate_is_not_granted_after_promotion() -> None:
@@ -598,7 +602,7 @@ def test_cooldown_by_holder_pauses_and_records() -> None:
         },
     }  # fmt: skip
     assert h.incidents(h.last) == [IncidentKind.COOLDOWN_STARTED.value]
-    assert [c for c in h.last.changes if isinstance(c, PutPause)][0].pause is not None
+    assert next(c for c in h.last.changes if isinstance(c, PutPause)).pause is not None
     assert h.last.pause_changed is True
     assert h.core.paused(h.now) and h.core.next_deadline() == T0 + 300  # the lease first
     assert h.core.pause_view(h.now) == r["pause"]
