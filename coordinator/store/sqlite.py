@@ -128,16 +128,19 @@ class SqliteLaneStore:
             db = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=30.0
             )
+            self._db = db  # set first, so a failure below closes it
             db.row_factory = sqlite3.Row
             db.execute(f"PRAGMA busy_timeout = {STORE_BUSY_TIMEOUT_MS}")
             db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = FULL")
             db.execute("PRAGMA foreign_keys = ON")
-            self._db = db
             self._migrate()
         except sqlite3.Error as exc:
             self.close()
             raise StoreError(f"cannot open lane store for {self.lane}") from exc
+        except StoreError:  # e.g. an edited migration: refuse, and leave the store closed
+            self.close()
+            raise
 
     def close(self) -> None:
         if self._db is not None:
