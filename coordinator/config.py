@@ -172,7 +172,8 @@ def load_tokens(token_file: Path | None, env: dict[str, str] | None = None) -> l
             raise ConfigError(
                 f"token: cannot read --token-file {token_file}: {exc.strerror}; {HOW_TO_MAKE_TOKEN}"
             ) from exc
-        parts = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+        lines = (ln.strip() for ln in text.splitlines())
+        parts = [ln for ln in lines if ln and not ln.startswith("#")]  # an indented "#" too
     else:
         value = env.get(TOKEN_ENV, "")
         parts = value.replace(",", " ").split()
