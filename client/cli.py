@@ -344,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lane", help=f"the drill lane, route:account (default {DEFAULT_DRILL_LANE})")
     p.add_argument("--route", help="the drill route (default drill)")
     p.add_argument("--account", help="the drill account (default acceptance)")
-    p.add_argument("--timeout", dest="partner_timeout", type=_positive,
+    p.add_argument("--timeout", dest="partner_timeout", type=_positive, metavar="SECONDS",
                    default=DEFAULT_PARTNER_TIMEOUT,
                    help="seconds to wait for the other role at any step (default 120)")  # fmt: skip
     p.add_argument("--partition", action="store_true",

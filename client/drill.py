@@ -119,6 +119,8 @@ def drill_lanes(
     lane: str | None, route: str | None, account: str | None, settings: Settings
 ) -> tuple[str, str]:
     """(drill lane, barrier lane); refuses production accounts whatever the flags say."""
+    if lane and (route or account):
+        raise BadRequestError(message="give --lane route:account, or --route/--account, not both")
     if lane:
         try:
             route_v, acct = parse_lane(lane)
