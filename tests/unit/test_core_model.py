@@ -251,6 +251,7 @@ class LaneMachine(RuleBasedStateMachine):
         machine, claim, no_claim = self._caller(t, who)
         reply = self.h.release(t.tid, outcome, machine=machine, claim=claim, no_claim=no_claim)
         now = self.h.now
+        expected: tuple[bool, str | None]
         if not owns(t, machine, claim):
             expected = (False, "not-owner")
         elif t.state in ("queued", "held"):

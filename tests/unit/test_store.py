@@ -11,6 +11,7 @@ import pytest
 
 from coordinator.core.lane import LaneCore
 from coordinator.core.model import (
+    Change,
     Incident,
     LaneSnapshot,
     Pause,
@@ -76,22 +77,37 @@ def ticket(
     return t
 
 
-def ended(tid: str, seq: int, end: float, **kw: object) -> Ticket:
-    return ticket(tid, seq, state=TicketState.DONE, ended_at=end, outcome="completed", **kw)  # type: ignore[arg-type]
+def ended(
+    tid: str,
+    seq: int,
+    end: float,
+    *,
+    project: str = "p",
+    scene: str | None = None,
+    held_at: float | None = None,
+) -> Ticket:
+    return ticket(
+        tid, seq, state=TicketState.DONE, ended_at=end, outcome="completed", project=project,
+        scene=scene, held_at=held_at,
+    )  # fmt: skip
 
 
 def receipt(
-    rid_ticket: str, phase: str = "lease-acquired", at: float = T0, **kw: object
+    ticket_id: str,
+    phase: str = "lease-acquired",
+    at: float = T0,
+    *,
+    content_hash: str = HASH_A,
+    verified: bool | None = True,
 ) -> Receipt:
-    h = str(kw.get("content_hash", HASH_A))
     return Receipt(
-        receipt_id=f"{rid_ticket}:{phase}:{h.removeprefix('sha256:')[:16]}",
-        ticket_id=rid_ticket,
+        receipt_id=f"{ticket_id}:{phase}:{content_hash.removeprefix('sha256:')[:16]}",
+        ticket_id=ticket_id,
         phase=phase,
         machine_id="mA",
         payload_json='{"n":1}',
-        content_hash=h,
-        content_hash_verified=kw.get("verified", True),  # type: ignore[arg-type]
+        content_hash=content_hash,
+        content_hash_verified=verified,
         created_at=at,
     )
 
@@ -273,7 +289,7 @@ def test_core_round_trip_through_store(store: SqliteLaneStore) -> None:
 def test_failed_transaction_leaves_nothing(store: SqliteLaneStore) -> None:
     r = receipt("t_0")
     store.apply([PutReceipt(r)])
-    batch = [
+    batch: list[Change] = [
         PutTicket(ticket("t_1", 1)),
         PutCounters(5, 6),
         PutProjectServed("A", 5, T0),
@@ -432,13 +448,13 @@ def test_history_newest_first_and_project_filter(store: SqliteLaneStore) -> None
 
 
 def test_prune_history_keeps_newest_and_their_receipts(store: SqliteLaneStore) -> None:
-    changes: list[object] = []
+    changes: list[Change] = []
     for i in range(1, 7):
         changes.append(PutTicket(ended(f"t_{i}", i, T0 + 10 * i)))
         changes.append(PutReceipt(receipt(f"t_{i}", at=T0 + 10 * i)))
     live = ticket("t_live", 50)
     changes += [PutTicket(live), PutReceipt(receipt("t_live", at=T0 + 500))]
-    store.apply(changes)  # type: ignore[arg-type]
+    store.apply(changes)
     store.apply([PruneHistory(keep=3)])
     assert [t.ticket_id for t in store.history(100, None)] == ["t_6", "t_5", "t_4"]
     assert store.history_count() == 3
