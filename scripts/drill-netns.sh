@@ -98,6 +98,7 @@ trap 'exit 130' INT TERM
 say() { echo "netns: $*"; }
 
 # ---- namespaces and links
+say "namespaces $NSC $NSA $NSB"
 for ns in "$NSC" "$NSA" "$NSB"; do
   ip netns add "$ns"
   ip -n "$ns" link set lo up

@@ -55,7 +55,10 @@ def test_drill_over_network_namespaces_with_a_cut_link(tmp_path: Path) -> None:
     assert re.search(r"A uses http://10\.231\.1\.1:\d+, B uses http://10\.231\.2\.1:\d+", out)
     assert "netns: PASSED" in run.stdout
     # Cleaned up: no namespace of this run is left, nor its temp dir.
-    leftover = {ns for ns in _namespaces() - before if ns.startswith("ld")}
+    # Only this run's namespaces count: another run may be going on beside this one.
+    named = re.search(r"^netns: namespaces (\S+) (\S+) (\S+)$", run.stdout, re.M)
+    assert named is not None, out
+    leftover = set(named.groups()) & (_namespaces() - before)
     assert not leftover, leftover
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("lane-drill-netns.")]
 
