@@ -397,9 +397,10 @@ class LaneCore:
 
     def _count_history(self, fx: Effects) -> None:
         self.history_count += 1
-        if self.history_count > self.settings.history_retained:
-            fx.changes.append(PruneHistory(self.settings.history_retained))
-            self.history_count = self.settings.history_retained
+        keep = self.settings.history_retained
+        if self.history_count > keep:
+            fx.changes.append(PruneHistory(keep, self.history_count - keep))
+            self.history_count = keep
 
     def _incident(
         self,
@@ -412,9 +413,10 @@ class LaneCore:
     ) -> None:
         fx.changes.append(PutIncident(Incident(kind.value, at, ticket_id, machine_id, detail)))
         self.incident_count += 1
-        if self.incident_count > self.settings.incidents_retained:
-            fx.changes.append(PruneIncidents(self.settings.incidents_retained))
-            self.incident_count = self.settings.incidents_retained
+        keep = self.settings.incidents_retained
+        if self.incident_count > keep:
+            fx.changes.append(PruneIncidents(keep, self.incident_count - keep))
+            self.incident_count = keep
 
     def _find(self, ticket_id: str, ended: Ticket | None) -> Ticket:
         t = self.live.get(ticket_id)

@@ -158,12 +158,19 @@ class PutIncident:
 
 @dataclass(slots=True, frozen=True)
 class PruneHistory:
-    keep: int  # newest ended tickets kept (with their receipts)
+    """Delete the `excess` oldest render-log rows (and their receipts): `keep` remain.
+
+    The core knows the exact count, so the store deletes by the log index from the old
+    end — O(excess · log n), never a scan over the `keep` rows."""
+
+    keep: int
+    excess: int = 1
 
 
 @dataclass(slots=True, frozen=True)
 class PruneIncidents:
     keep: int
+    excess: int = 1
 
 
 Change = (

@@ -306,17 +306,17 @@ class SqliteLaneStore:
                     ),
                 )
             elif isinstance(ch, PruneHistory):
-                pruned = (
+                oldest = (
                     f"SELECT ticket_id FROM tickets WHERE {_ENDED} "
-                    "ORDER BY ended_at DESC, seq DESC LIMIT -1 OFFSET ?"
+                    "ORDER BY ended_at ASC, seq ASC LIMIT ?"
                 )
-                db.execute(f"DELETE FROM receipts WHERE ticket_id IN ({pruned})", (ch.keep,))
-                db.execute(f"DELETE FROM tickets WHERE ticket_id IN ({pruned})", (ch.keep,))
+                db.execute(f"DELETE FROM receipts WHERE ticket_id IN ({oldest})", (ch.excess,))
+                db.execute(f"DELETE FROM tickets WHERE ticket_id IN ({oldest})", (ch.excess,))
             elif isinstance(ch, PruneIncidents):
                 db.execute(
-                    "DELETE FROM incidents WHERE id IN (SELECT id FROM incidents "
-                    "ORDER BY id DESC LIMIT -1 OFFSET ?)",
-                    (ch.keep,),
+                    "DELETE FROM incidents WHERE id IN "
+                    "(SELECT id FROM incidents ORDER BY id ASC LIMIT ?)",
+                    (ch.excess,),
                 )
 
     # ---------------------------------------------------------------- reads

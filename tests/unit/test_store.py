@@ -455,7 +455,7 @@ def test_prune_history_keeps_newest_and_their_receipts(store: SqliteLaneStore) -
     live = ticket("t_live", 50)
     changes += [PutTicket(live), PutReceipt(receipt("t_live", at=T0 + 500))]
     store.apply(changes)
-    store.apply([PruneHistory(keep=3)])
+    store.apply([PruneHistory(keep=3, excess=3)])
     assert [t.ticket_id for t in store.history(100, None)] == ["t_6", "t_5", "t_4"]
     assert store.history_count() == 3
     for i in (1, 2, 3):
@@ -488,7 +488,7 @@ def test_prune_incidents_keeps_newest(store: SqliteLaneStore) -> None:
     store.apply(
         [PutIncident(Incident("lease-expired", T0 + i, None, None, {"i": i})) for i in range(6)]
     )
-    store.apply([PruneIncidents(keep=2)])
+    store.apply([PruneIncidents(keep=2, excess=4)])
     assert [i.detail["i"] for _, i in store.incidents(10)] == [5, 4]
     assert store.load(LANE).incident_count == 2
 
