@@ -2,9 +2,10 @@
 
 Every operation is a job in the lane's mailbox. The actor drains the mailbox in
 batches: each job reads `now` once, runs the pure core, and its changes join the
-batch; one transaction (one fsync) commits the batch, and only then are the replies
-released and waiters woken. A job that must read the store first commits what is
-pending, so reads see every acknowledged change.
+pending group; one transaction (one fsync) commits a group, and only then are its
+replies released and its waiters woken. Commits are pipelined: while one group
+commits on a store thread, the next one is built in memory. A job that must read the
+store first commits what is pending, so reads see every acknowledged change.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from coordinator.core.model import (
     PutReceipt,
     PutTicket,
 )
-from coordinator.errors import LaneError, StoreError, Unavailable
+from coordinator.errors import LaneError, Unavailable
 from coordinator.metrics import NULL_METRICS, LaneObserver
 from coordinator.store.base import LaneStore
 
@@ -52,7 +53,7 @@ class Ctx:
         return self.actor.core
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
-        await self.actor._flush()
+        await self.actor._barrier()
         return await self.actor._run(fn, *args)
 
     def park(self, ticket_id: str) -> asyncio.Future[None]:
@@ -92,6 +93,8 @@ class LaneActor:
         self._alarm_at: float | None = None
         self._pending_fx = Effects()
         self._pending: list[_Pending] = []
+        self._committing: asyncio.Future[None] | None = None
+        self._broken = False  # a commit failed: memory must be rebuilt before the next job
         self._parked: dict[str, set[asyncio.Future[None]]] = {}
         self.last_used = 0.0
         self.closed = False
@@ -139,6 +142,8 @@ class LaneActor:
             and self.core.is_idle()
             and not self._parked
             and self._mailbox.empty()
+            and self._committing is None
+            and not self._pending
         )
 
     # ---------------------------------------------------------------- API
@@ -177,7 +182,8 @@ class LaneActor:
         while True:
             item = await self._mailbox.get()
             if item is None:
-                await self._flush()
+                with contextlib.suppress(LaneError):
+                    await self._barrier()
                 return
             batch = [item]
             while len(batch) < MAILBOX_BATCH_MAX and not self._mailbox.empty():
@@ -187,8 +193,11 @@ class LaneActor:
                     break
                 batch.append(nxt)
             for job, fut in batch:
+                if self._broken and not await self._recover():
+                    self._settle([_Pending(fut, error=Unavailable("lane store unavailable"))])
+                    continue
                 await self._execute(job, fut)
-            await self._flush()
+            self._kick()
             self._rearm()
 
     async def _execute(self, job: Job, fut: asyncio.Future[Any]) -> None:
@@ -206,37 +215,73 @@ class LaneActor:
             log.error("lane.job_failed", lane=self.lane, error=type(exc).__name__)
             pending.error = Unavailable("internal error; the lane was reloaded from its file")
             self._pending.append(pending)
-            await self._flush()
-            await self._reload()
+            with contextlib.suppress(LaneError):
+                await self._barrier()  # what earlier jobs changed is sound: commit it
+            self._broken = True
+            await self._recover()
+            return
+        if self._broken:
+            # A commit failed while this job ran: what it saw is not what the file holds.
+            pending.error = Unavailable("lane store unavailable; retry")
+            pending.result = None
+            self._settle([pending])
             return
         self._pending_fx.extend(ctx.fx)
         self._pending.append(pending)
 
-    async def _flush(self) -> None:
+    # ---------------------------------------------------------------- group commit
+    #
+    # Pipelined: while one group commits on a store thread, the loop keeps running jobs in
+    # memory into the next group; when the commit ends, the next group (everything that
+    # accumulated meanwhile) is committed at once. Replies and wake-ups are released only
+    # after their own group's COMMIT, and groups commit in order on one connection, so a
+    # reply never shows state that is not yet durable.
+
+    def _kick(self) -> None:
+        """Start committing the pending group unless a commit is already in flight."""
+        if self._committing is not None or self._broken:
+            return
+        if not self._pending and not self._pending_fx.changes:
+            return
         fx, pending = self._pending_fx, self._pending
         self._pending_fx, self._pending = Effects(), []
-        if fx.changes:
-            started = time.perf_counter()  # a duration, not the wall clock
-            try:
-                await self._run(self.store.apply, fx.changes)
-            except Exception as exc:
-                log.error("lane.commit_failed", lane=self.lane, error=type(exc).__name__)
-                err = exc if isinstance(exc, StoreError) else StoreError("commit failed")
-                for p in pending:
-                    if not p.future.done():
-                        p.future.set_exception(Unavailable(f"lane store unavailable: {err}"))
-                await self._reload()
-                return
-            self._observe(fx, len(pending), time.perf_counter() - started)
-            last_put = {
-                ch.ticket.ticket_id: i
-                for i, ch in enumerate(fx.changes)
-                if isinstance(ch, PutTicket)
-            }
-            for i, ch in enumerate(fx.changes):
-                if not isinstance(ch, PutTicket) or last_put[ch.ticket.ticket_id] == i:
-                    _log_change(self.lane, ch)
+        if not fx.changes:
+            # Nothing to write and nothing in flight: what these jobs saw is durable already.
+            self._settle(pending)
+            self._wake(fx)
+            return
+        self._committing = asyncio.ensure_future(self._commit(fx, pending))
+
+    async def _commit(self, fx: Effects, pending: list[_Pending]) -> None:
+        started = time.perf_counter()  # a duration, not the wall clock
+        try:
+            await self._run(self.store.apply, fx.changes)
+        except Exception as exc:
+            log.error("lane.commit_failed", lane=self.lane, error=type(exc).__name__)
+            self._broken = True
+            err = Unavailable("lane store unavailable; the change was not applied")
+            for p in [*pending, *self._pending]:
+                p.error, p.result = err, None
+            self._settle([*pending, *self._pending])
+            self._pending, self._pending_fx = [], Effects()
+            self._wake_all()
+            return
+        finally:
+            self._committing = None
+        self._observe(fx, len(pending), time.perf_counter() - started)
+        last_put = {
+            ch.ticket.ticket_id: i for i, ch in enumerate(fx.changes) if isinstance(ch, PutTicket)
+        }
+        for i, ch in enumerate(fx.changes):
+            if not isinstance(ch, PutTicket) or last_put[ch.ticket.ticket_id] == i:
+                _log_change(self.lane, ch)
         self._observe(None)
+        self._settle(pending)
+        self._wake(fx)
+        self._kick()
+
+    @staticmethod
+    def _settle(pending: list[_Pending]) -> None:
         for p in pending:
             if p.future.done():
                 continue
@@ -244,7 +289,36 @@ class LaneActor:
                 p.future.set_exception(p.error)
             else:
                 p.future.set_result(p.result)
-        self._wake(fx)
+
+    async def _barrier(self) -> None:
+        """Commit everything pending and wait until it is durable (reads, shutdown)."""
+        while True:
+            if self._committing is not None:
+                await asyncio.shield(self._committing)
+                continue
+            if self._broken or (not self._pending and not self._pending_fx.changes):
+                break
+            self._kick()
+        if self._broken:
+            raise Unavailable("lane store unavailable; retry")
+
+    async def _recover(self) -> bool:
+        """After a failed commit: drop the memory that diverged and rebuild it from the file.
+
+        False while the file cannot be read; the lane stays broken and answers 503."""
+        while self._committing is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._committing)
+        self._pending, self._pending_fx = [], Effects()
+        try:
+            await self._load()
+        except Exception as exc:
+            log.error("lane.reload_failed", lane=self.lane, error=type(exc).__name__)
+            return False
+        finally:
+            self._wake_all()
+        self._broken = False
+        return True
 
     def _observe(self, fx: Effects | None, operations: int = 0, seconds: float = 0.0) -> None:
         """Tell the metrics observer what was committed (fx) or, with None, how the lane
@@ -258,13 +332,6 @@ class LaneActor:
                 self.metrics.lane_state(self.lane, len(c.held), c.queued_count(), paused)
         except Exception as exc:
             log.error("lane.metrics_failed", lane=self.lane, error=type(exc).__name__)
-
-    async def _reload(self) -> None:
-        try:
-            await self._load()
-        except Exception as exc:
-            log.error("lane.reload_failed", lane=self.lane, error=type(exc).__name__)
-        self._wake_all()
 
     def _wake(self, fx: Effects) -> None:
         if fx.pause_changed:

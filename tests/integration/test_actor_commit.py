@@ -1,0 +1,187 @@
+"""The lane actor's pipelined group commit, on a real SQLite file.
+
+A store whose commits can be held open or made to fail shows: replies leave only after
+their own group's COMMIT; jobs that arrive while a commit is in flight are executed into
+the next group and committed together; a failed commit answers 503 to every job that
+built on it and the lane is rebuilt from its file, which still holds every acknowledged
+change and nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.actor.lane_actor import Ctx, LaneActor
+from coordinator.clock import ManualClock
+from coordinator.core.commands import Acquire, Release, TicketCall
+from coordinator.core.model import Change, LaneSettings
+from coordinator.errors import StoreError, Unavailable
+from coordinator.store.sqlite import SqliteLaneStore
+
+LANE = "solo:main"
+
+
+class GatedStore(SqliteLaneStore):
+    """A real SQLite store whose next commit can be held open, or made to fail."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, LANE)
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+        self.fail_next = False
+        self.commits: list[int] = []  # number of changes in each successful commit
+
+    def apply(self, changes: Sequence[Change]) -> None:
+        self.entered.set()
+        self.gate.wait(10)
+        if self.fail_next:
+            self.fail_next = False
+            raise StoreError("disk on fire")
+        super().apply(changes)
+        self.commits.append(len(changes))
+
+
+def settings(capacity: int = 1) -> LaneSettings:
+    return LaneSettings(
+        capacity=capacity,
+        default_lease_seconds=300,
+        waiter_timeout_seconds=600,
+        default_hold_seconds=300,
+        history_retained=5000,
+        incidents_retained=2000,
+    )
+
+
+@pytest.fixture
+async def actor(tmp_path: Path) -> AsyncIterator[tuple[LaneActor, GatedStore]]:
+    store = GatedStore(tmp_path / "solo+main.sqlite")
+    executor = ThreadPoolExecutor(2)
+    a = LaneActor(LANE, settings(capacity=100), store, executor, ManualClock())
+    await a.start()
+    try:
+        yield a, store
+    finally:
+        store.gate.set()
+        await a.stop()
+        executor.shutdown()
+
+
+def acquire(n: int, machine: str = "m") -> Any:
+    async def job(ctx: Ctx) -> dict[str, Any]:
+        cmd = Acquire(machine, None, "p", "s", f"h{n}", None, f"t_{n:04d}")
+        reply, fx = ctx.core.acquire(cmd, ctx.now)
+        ctx.fx.extend(fx)
+        return reply
+
+    return job
+
+
+def release(ticket_id: str) -> Any:
+    async def job(ctx: Ctx) -> dict[str, Any]:
+        ended = None
+        if ticket_id not in ctx.core.live:
+            ended = await ctx.read(ctx.actor.store.get_ticket, ticket_id)
+        reply, fx = ctx.core.release(
+            Release(TicketCall("m", None, ticket_id), "completed", None, None), ctx.now, ended
+        )
+        ctx.fx.extend(fx)
+        return reply
+
+    return job
+
+
+def on_disk(path: Path) -> dict[str, str]:
+    db = sqlite3.connect(path)
+    try:
+        return dict(db.execute("SELECT ticket_id, state FROM tickets").fetchall())
+    finally:
+        db.close()
+
+
+async def wait_entered(store: GatedStore) -> None:
+    assert await asyncio.to_thread(store.entered.wait, 10)
+
+
+async def test_reply_leaves_only_after_its_commit(actor: tuple[LaneActor, GatedStore]) -> None:
+    a, store = actor
+    store.gate.clear()
+    store.entered.clear()
+    first = asyncio.ensure_future(a.submit(acquire(1)))
+    await wait_entered(store)
+    await asyncio.sleep(0.05)
+    assert not first.done()  # held inside COMMIT: no reply yet
+    assert "t_0001" not in on_disk(store.path)
+    store.gate.set()
+    reply = await first
+    assert reply["ticket"]["ticketId"] == "t_0001"
+    assert on_disk(store.path)["t_0001"] == "held"
+
+
+async def test_jobs_arriving_during_a_commit_join_the_next_group(
+    actor: tuple[LaneActor, GatedStore],
+) -> None:
+    a, store = actor
+    before = len(store.commits)
+    store.gate.clear()
+    store.entered.clear()
+    first = asyncio.ensure_future(a.submit(acquire(1)))
+    await wait_entered(store)
+    rest = [asyncio.ensure_future(a.submit(acquire(n))) for n in range(2, 12)]
+    await asyncio.sleep(0.05)
+    assert not any(f.done() for f in [first, *rest])
+    # Pipelined: the ten were already run in memory while the first group committed.
+    assert a.core is not None and "t_0011" in a.core.live
+    assert "t_0011" not in on_disk(store.path)
+    store.gate.set()
+    replies = await asyncio.gather(first, *rest)
+    assert [r["ticket"]["ticketId"] for r in replies] == [f"t_{n:04d}" for n in range(1, 12)]
+    # One commit for the first job, one for the ten that queued up behind it.
+    assert len(store.commits) - before == 2
+    assert len(on_disk(store.path)) == 11
+
+
+async def test_failed_commit_fails_every_job_built_on_it(
+    actor: tuple[LaneActor, GatedStore],
+) -> None:
+    a, store = actor
+    kept = await a.submit(acquire(1))
+    assert kept["ticket"]["state"] == "held"
+    store.gate.clear()
+    store.entered.clear()
+    store.fail_next = True
+    doomed = asyncio.ensure_future(a.submit(acquire(2)))
+    await wait_entered(store)
+    # Executed in memory on top of the doomed group while its commit is in flight.
+    behind = asyncio.ensure_future(a.submit(acquire(3)))
+    await asyncio.sleep(0.05)
+    store.gate.set()
+    for fut in (doomed, behind):
+        with pytest.raises(Unavailable):
+            await fut
+    assert on_disk(store.path) == {"t_0001": "held"}
+    # The lane was rebuilt from its file: the same identities start over cleanly.
+    again = await a.submit(acquire(2))
+    assert again["ticket"]["ticketId"] == "t_0002" and again["duplicate"] is False
+    assert again["ticket"]["position"] == 0
+    assert a.core is not None and set(a.core.live) == {"t_0001", "t_0002"}
+    assert on_disk(store.path) == {"t_0001": "held", "t_0002": "held"}
+
+
+async def test_read_commits_pending_first(actor: tuple[LaneActor, GatedStore]) -> None:
+    a, store = actor
+    r = await a.submit(acquire(1))
+    tid = r["ticket"]["ticketId"]
+    out = await asyncio.gather(a.submit(release(tid)), a.submit(release(tid)))
+    assert out[0]["released"] is True
+    # The second release read the ended ticket from the file: it saw the first's commit.
+    assert out[1]["released"] is False and out[1]["reason"] == "already-done"
+    assert on_disk(store.path)[tid] == "done"
