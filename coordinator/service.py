@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from coordinator.actor.lane_actor import Ctx
@@ -28,7 +29,7 @@ from coordinator.core.commands import (
     TicketCall,
 )
 from coordinator.core.lane import LaneCore
-from coordinator.core.model import LaneSnapshot, ReceiptPhase, TicketState
+from coordinator.core.model import Effects, LaneSnapshot, ReceiptPhase, Ticket, TicketState
 from coordinator.core.views import history_row, incident_row, outcome_counts, receipt_row
 from coordinator.errors import NotFound
 
@@ -64,7 +65,7 @@ class LaneService:
         return LaneCore(lane, settings, LaneSnapshot(), self.clock.now())
 
     @staticmethod
-    async def _ended(ctx: Ctx, ticket_id: str) -> Any:
+    async def _ended(ctx: Ctx, ticket_id: str) -> Ticket | None:
         if ticket_id in ctx.core.live:
             return None
         return await ctx.read(ctx.actor.store.get_ticket, ticket_id)
@@ -168,14 +169,9 @@ class LaneService:
                 "reason": None,
             }
 
-        async def job(ctx: Ctx) -> dict[str, Any]:
-            ended = await self._ended(ctx, cmd.call.ticket_id)
-            reply, fx = ctx.core.heartbeat(cmd, ctx.now, ended)
-            ctx.fx.extend(fx)
-            return reply
-
-        reply: dict[str, Any] = await self._ticket_job(lane, cmd.call.ticket_id, job)
-        return reply
+        return await self._ticket_op(
+            lane, cmd.call.ticket_id, lambda core, now, ended: core.heartbeat(cmd, now, ended)
+        )
 
     async def release(self, lane: str, cmd: Release) -> dict[str, Any]:
         if not self.enforced(lane):
@@ -187,27 +183,17 @@ class LaneService:
                 "reason": None,
             }
 
-        async def job(ctx: Ctx) -> dict[str, Any]:
-            ended = await self._ended(ctx, cmd.call.ticket_id)
-            reply, fx = ctx.core.release(cmd, ctx.now, ended)
-            ctx.fx.extend(fx)
-            return reply
-
-        reply: dict[str, Any] = await self._ticket_job(lane, cmd.call.ticket_id, job)
-        return reply
+        return await self._ticket_op(
+            lane, cmd.call.ticket_id, lambda core, now, ended: core.release(cmd, now, ended)
+        )
 
     async def cooldown(self, lane: str, cmd: Cooldown) -> dict[str, Any]:
         if not self.enforced(lane):
             return {"paused": False, "extended": False, "pause": None}
 
-        async def job(ctx: Ctx) -> dict[str, Any]:
-            ended = await self._ended(ctx, cmd.call.ticket_id)
-            reply, fx = ctx.core.cooldown(cmd, ctx.now, ended)
-            ctx.fx.extend(fx)
-            return reply
-
-        reply: dict[str, Any] = await self._ticket_job(lane, cmd.call.ticket_id, job)
-        return reply
+        return await self._ticket_op(
+            lane, cmd.call.ticket_id, lambda core, now, ended: core.cooldown(cmd, now, ended)
+        )
 
     async def receipt(self, lane: str, cmd: RecordReceipt) -> tuple[int, dict[str, Any]]:
         if not self.enforced(lane):
@@ -222,6 +208,23 @@ class LaneService:
 
         result: tuple[int, dict[str, Any]] = await self._ticket_job(lane, cmd.ticket_id, job)
         return result
+
+    async def _ticket_op(
+        self,
+        lane: str,
+        ticket_id: str,
+        op: Callable[[LaneCore, float, Ticket | None], tuple[dict[str, Any], Effects]],
+    ) -> dict[str, Any]:
+        """One call on one exact ticket: the ticket from memory, or the file once it ended."""
+
+        async def job(ctx: Ctx) -> dict[str, Any]:
+            ended = await self._ended(ctx, ticket_id)
+            reply, fx = op(ctx.core, ctx.now, ended)
+            ctx.fx.extend(fx)
+            return reply
+
+        reply: dict[str, Any] = await self._ticket_job(lane, ticket_id, job)
+        return reply
 
     async def _ticket_job(self, lane: str, ticket_id: str, job: Any) -> Any:
         try:
