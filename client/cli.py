@@ -683,7 +683,9 @@ async def cmd_trace(args: argparse.Namespace, settings: Settings, lane: str) -> 
                     code = EXIT_FAIL
                     break
                 if hb.state == "queued":
-                    await _until(stop, b.await_ticket(lane, tid, min(args.interval, 60.0)))
+                    # SPEC 4.2: waitSeconds is 1-60, whatever the interval
+                    wait = max(1.0, min(args.interval, 60.0))
+                    await _until(stop, b.await_ticket(lane, tid, wait))
                 else:
                     await _until(stop, asyncio.sleep(args.interval))
         finally:

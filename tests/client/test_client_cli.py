@@ -379,3 +379,46 @@ def test_dashboard_without_clipboard_says_where(
     assert r.code == 0, r.err
     assert "$LANE_TOKEN" in r.err and "no clipboard tool" in r.err
     no_secret(coordinator, r.out, r.err)
+
+
+def test_trace_queued_with_short_interval_waits_and_is_granted(
+    coordinator: Server, lane_env: dict[str, str]
+) -> None:
+    """A queued trace long-polls with waitSeconds >= 1 (SPEC 4.2) even when --interval < 1."""
+    env = shared_env(lane_env, coordinator)
+    with SyncLaneClient(coordinator.url, coordinator.token, "holder") as h:
+        held = h.acquire(LANE, "p", "busy", "h")
+        assert held.granted
+        proc = subprocess.Popen(
+            [str(LANE_BIN), "trace", "--lane", LANE, "--interval", "0.5", "--json"],
+            env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        events: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            events.append(json.loads(line))
+            queued = [e for e in events if e["event"] == "heartbeat" and e["state"] == "queued"]
+            if len(queued) >= 2:
+                break
+        h.release(LANE, held.ticket_id, "completed")
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            events.append(json.loads(line))
+            if events[-1]["event"] == "heartbeat" and events[-1]["state"] == "held":
+                break
+        proc.send_signal(signal.SIGINT)
+        rest, err = proc.communicate(timeout=60)
+    events += [json.loads(x) for x in rest.splitlines() if x.strip()]
+    assert proc.returncode == 0, err
+    assert "bad-request" not in err
+    assert events[0]["event"] == "acquire" and events[0]["state"] == "queued"
+    beats = [e for e in events if e["event"] == "heartbeat"]
+    assert sum(b["state"] == "queued" for b in beats) >= 2
+    assert any(b["state"] == "held" and b["refreshed"] for b in beats)
+    assert events[-1]["event"] == "release" and events[-1]["released"] is True
