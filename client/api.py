@@ -141,6 +141,24 @@ def safe_url(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
+def _url_problem(url: str) -> str | None:
+    """Why `url` cannot be the coordinator's base URL (None when it can): checked up front so
+    a bad value is a configuration error (a PreProviderError when required), never an
+    aiohttp ValueError at the first call."""
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises ValueError when out of range or not a number
+    except ValueError:
+        return "not a valid URL"
+    if parts.scheme not in ("http", "https"):
+        return "must start with http:// or https://"
+    if not parts.hostname:
+        return "no host name"
+    if parts.username is not None or parts.password is not None:
+        return "must not carry user:password@ (the token goes in LANE_TOKEN)"
+    return None
+
+
 def receipt_fields(
     ticket_id: str,
     phase: str,
@@ -202,8 +220,8 @@ class LaneClient:
         missing = []
         if not self.url:
             missing.append("LANE_COORDINATOR_URL")
-        elif urlsplit(self.url).scheme not in ("http", "https"):
-            missing.append("LANE_COORDINATOR_URL (must start with http:// or https://)")
+        elif (url_problem := _url_problem(self.url)) is not None:
+            missing.append(f"LANE_COORDINATOR_URL ({url_problem})")
         if not self._token:
             missing.append("LANE_TOKEN")
         if not self.machine_id:

@@ -224,3 +224,31 @@ def test_cli_ok_against_real_coordinator_when_required(
     assert r.code == 0, r.err
     assert r.json()["coordinator"] == "actor-sqlite"
     assert coordinator.token not in r.out + r.err
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://user:pw@127.0.0.1:8787",  # aiohttp: "Cannot combine AUTHORIZATION header ..."
+        "http://127.0.0.1:99999",  # port out of range
+        "http://[::1",  # invalid IPv6 literal
+        "http://:8787",  # no host
+        "ftp://127.0.0.1:8787",
+    ],
+)
+def test_invalid_url_is_config_error_not_a_crash(url: str) -> None:
+    with pytest.raises(PreProviderError) as ei:
+        LaneClient(url, SECRET, "studio-a", required=True)
+    assert "LANE_COORDINATOR_URL" in ei.value.cause
+    assert "pw" not in str(ei.value)
+    with pytest.raises(LaneClientError) as e2:
+        LaneClient(url, SECRET, "studio-a", required=False)
+    assert e2.value.code == "config"
+
+
+def test_cli_invalid_url_exit_3_when_required(lane_env: dict[str, str]) -> None:
+    for url in ("http://user:pw@127.0.0.1:8787", "http://127.0.0.1:99999", "http://[::1"):
+        env = _cli_required(lane_env, url)
+        _assert_exit3(["status", "--lane", LANE], env, "LANE_COORDINATOR_URL")
+        r = lane("status", "--lane", LANE, env=dict(env, LANE_REQUIRED="0"))
+        assert r.code == 1 and "unexpected error" not in r.err, r.err
