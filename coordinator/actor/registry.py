@@ -14,8 +14,10 @@ from coordinator.actor.lane_actor import LaneActor
 from coordinator.clock import Clock
 from coordinator.config import Config
 from coordinator.constants import JANITOR_INTERVAL_SECONDS, LANE_IDLE_CLOSE_SECONDS, STORE_THREADS
+from coordinator.errors import ConfigError
 from coordinator.metrics import NULL_METRICS, LaneObserver
 from coordinator.names import lane_file_name, lane_from_file_name
+from coordinator.store.lock import DataDirLock
 from coordinator.store.sqlite import SqliteLaneStore
 
 log = structlog.get_logger("coordinator.registry")
@@ -35,6 +37,7 @@ class LaneRegistry:
         self._janitor: asyncio.Task[None] | None = None
         self._closing = False
         self._draining = False
+        self._lock = DataDirLock(data_dir)
 
     def path_for(self, lane: str) -> Path:
         return self.data_dir / lane_file_name(lane)
@@ -51,7 +54,10 @@ class LaneRegistry:
         return sorted(set(self.lanes_on_disk()) | set(self.config.lanes) | set(self._actors))
 
     async def start(self) -> None:
+        if self.data_dir.exists() and not self.data_dir.is_dir():
+            raise ConfigError(f"data dir: {self.data_dir} exists and is not a directory")
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock.acquire()
         for lane in self.lanes_on_disk():
             if self.config.lane_settings(lane) is None:
                 log.warning("lane.unenforced_file_ignored", lane=lane)
@@ -136,3 +142,4 @@ class LaneRegistry:
         for lane in list(self._actors):
             await self._close(lane)
         self.executor.shutdown(wait=True)
+        self._lock.release()

@@ -74,8 +74,30 @@ def _v1(data: dict[str, Any], status: int = 200) -> web.Response:
     return _json({"coordinator": COORDINATOR_KIND, **data}, status)
 
 
-def _error(exc: LaneError) -> web.Response:
-    return _json(exc.body(), exc.status)
+def _error(
+    request: web.Request, exc: LaneError, headers: dict[str, str] | None = None
+) -> web.Response:
+    """SPEC's error shape; under /v1 it carries `coordinator` like every /v1 reply."""
+    body = exc.body()
+    if request.path.startswith("/v1/"):
+        body = {"coordinator": COORDINATOR_KIND, **body}
+    resp = _json(body, exc.status)
+    if headers:
+        resp.headers.update(headers)
+    return resp
+
+
+def _http_error(request: web.Request, exc: web.HTTPException) -> tuple[LaneError, dict[str, str]]:
+    """aiohttp's own refusals, in SPEC's codes (a wrong method is a 400 with an Allow header)."""
+    if isinstance(exc, web.HTTPRequestEntityTooLarge):
+        return PayloadTooLarge("body: larger than the configured max_body_bytes"), {}
+    if isinstance(exc, web.HTTPNotFound):
+        return NotFound(f"path: no endpoint {request.path}"), {}
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        allowed = ", ".join(sorted(exc.allowed_methods))
+        msg = f"method: {request.method} is not allowed on {request.path}; use {allowed}"
+        return BadRequest(msg), {"Allow": allowed}
+    return BadRequest(exc.reason), {}
 
 
 # ---------------------------------------------------------------- middlewares
@@ -89,31 +111,20 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         resp = await handler(request)
         status = resp.status
         return resp
+    except web.HTTPException as exc:
+        if exc.status in (301, 302, 303, 307, 308):
+            status = exc.status
+            raise
+        err, headers = _http_error(request, exc)
+        status = err.status
+        return _error(request, err, headers)
     except LaneError as exc:
         status = exc.status
-        return _error(exc)
-    except web.HTTPRequestEntityTooLarge:
-        status = 413
-        return _error(PayloadTooLarge("body: larger than the configured max_body_bytes"))
-    except web.HTTPNotFound:
-        status = 404
-        return _error(NotFound(f"path: no endpoint {request.path}"))
-    except web.HTTPMethodNotAllowed as exc:
-        status = 405
-        err = BadRequest(
-            f"method: {request.method} is not allowed on {request.path}; "
-            f"use {', '.join(sorted(exc.allowed_methods))}"
-        )
-        return _json(err.body(), 405)
-    except web.HTTPException as exc:
-        status = exc.status
-        if exc.status in (301, 302, 303, 307, 308):
-            raise
-        return _error(BadRequest(exc.reason))
+        return _error(request, exc)
     except Exception as exc:  # never a traceback or a 500 to the caller
         status = 503
         log.error("http.internal_error", path=request.path, error=type(exc).__name__)
-        return _error(Unavailable("internal error; the request was not applied"))
+        return _error(request, Unavailable("internal error; the request was not applied"))
     finally:
         log.debug(
             "http.request",
@@ -183,6 +194,7 @@ async def _body(request: web.Request, schema: type[S.Base]) -> Any:
             f"{', '.join(str(p) for p in SUPPORTED_PROTOCOLS)}",
             supported=list(SUPPORTED_PROTOCOLS),
         )
+    data["protocolVersion"] = int(pv)  # 1.0 is version 1
     try:
         body = msgspec.convert(data, schema)
     except msgspec.ValidationError as exc:

@@ -321,3 +321,36 @@ def test_serve_without_a_usable_token_refuses_to_start(
     assert "LANE_COORDINATOR_TOKEN" in r.stderr and "--token-file" in r.stderr
     _no_traceback(r.stdout + r.stderr)
     assert not data.exists() or not any(data.iterdir())
+
+
+def test_a_second_server_on_the_same_data_dir_is_refused(
+    setup_dir: tuple[Path, Path, Path],
+) -> None:
+    """Two servers on one data dir would each grant the same slot: the second one exits."""
+    data, config, token_file = setup_dir
+    first = ServerProcess(data, token_file, config)
+    try:
+        r = cli(
+            "serve", "--port", "0", "--data-dir", str(data), "--config", str(config),
+            "--token-file", str(token_file),
+        )  # fmt: skip
+        assert r.returncode != 0
+        assert "in use by another lane-coordinator" in r.stderr, r.stderr
+        _no_traceback(r.stdout + r.stderr)
+        status, body = first.request("POST", "/v1/lanes/status", TOKEN, {
+            "protocolVersion": 1, "lane": "solo:main"})  # fmt: skip
+        assert status == 200 and body["coordinator"] == "actor-sqlite"
+    finally:
+        first.stop()
+    # The lock goes with its process: a new server starts on the same dir at once.
+    second = ServerProcess(data, token_file, config)
+    assert second.stop() == 0
+
+
+def test_a_killed_server_leaves_no_stale_lock(setup_dir: tuple[Path, Path, Path]) -> None:
+    data, config, token_file = setup_dir
+    first = ServerProcess(data, token_file, config)
+    first.proc.kill()
+    first.proc.wait(timeout=30)
+    again = ServerProcess(data, token_file, config)
+    assert again.stop() == 0

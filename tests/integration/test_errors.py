@@ -5,10 +5,13 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from http_kit import SOLO, acquire_body, assert_error, receipt_body, ticket_body
+
+from coordinator.store.lock import LOCK_NAME
 
 if TYPE_CHECKING:
     from conftest import Running
@@ -77,7 +80,7 @@ async def test_every_v1_path_requires_the_bearer_token(server: Running, auth: st
     # unknown /v1 paths are refused before anything else is said about them
     r = await server.get("/v1/nope", token=None, headers=headers)
     assert_error(r, 401, "unauthorized")
-    assert not server.data_dir.exists() or not any(server.data_dir.iterdir())
+    assert nothing_written(server.data_dir)
 
 
 async def test_bearer_scheme_is_case_insensitive(server: Running) -> None:
@@ -249,7 +252,7 @@ async def test_bad_lane_names_are_400_and_never_a_path(server: Running, lane: st
     for op in POSTS:
         r = await server.op(op, {**_valid(op), "lane": lane})
         assert_error(r, 400, "bad-request", "lane")
-    assert not server.data_dir.exists() or not any(server.data_dir.iterdir())
+    assert nothing_written(server.data_dir)
 
 
 async def test_machine_and_claim_ids_are_validated(server: Running) -> None:
@@ -276,8 +279,31 @@ async def test_unknown_path_and_wrong_method(server: Running) -> None:
     r = await server.get("/v1/nothing-here")
     assert_error(r, 404, "not-found")
     r = await server.get("/v1/lanes/acquire")
-    assert r.status in (400, 405) and r.code == "bad-request", r.text
+    assert_error(r, 400, "bad-request", "method")
+    assert r.headers["Allow"] == "POST"
     assert "Traceback" not in r.text
+
+
+async def test_v1_errors_carry_the_coordinator_kind(server: Running) -> None:
+    """SPEC §4: every /v1 JSON reply carries `coordinator`, errors included."""
+    for r in (
+        await server.op("status", {"lane": "Bad:lane"}),
+        await server.op("release", _valid("release", "t_unknown")),
+        await server.get("/v1/lanes", token=None),
+    ):
+        assert r.body["coordinator"] == "actor-sqlite", r.text
+        assert set(r.body) == {"coordinator", "error"}, r.text
+
+
+async def test_protocol_version_one_point_zero_is_version_one(server: Running) -> None:
+    r = await server.op("status", {"lane": SOLO, "protocolVersion": 1.0})
+    assert r.status == 200, r.text
+    assert_error(
+        await server.op("status", {"lane": SOLO, "protocolVersion": 1.5}),
+        400,
+        "unsupported-protocol",
+        "protocolVersion",
+    )
 
 
 async def test_owner_and_held_errors(server: Running) -> None:
@@ -313,3 +339,8 @@ async def test_a_compressed_bomb_is_413(server: Running) -> None:
         headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
     )
     assert_error(r, 413, "payload-too-large")
+
+
+def nothing_written(data_dir: Path) -> bool:
+    """No file in the data dir but the data dir's lock (taken at startup)."""
+    return not data_dir.exists() or {p.name for p in data_dir.iterdir()} <= {LOCK_NAME}
