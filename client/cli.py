@@ -39,7 +39,7 @@ from client.config import (
     write_private_file,
 )
 from client.drill import DEFAULT_DRILL_LANE, DEFAULT_PARTNER_TIMEOUT, drill_lanes, run_drill
-from client.errors import LaneClientError, PreProviderError
+from client.errors import BadRequestError, LaneClientError, PreProviderError
 from client.models import (
     CooldownReply,
     HeartbeatReply,
@@ -51,6 +51,7 @@ from client.models import (
     StatusReply,
     Ticket,
 )
+from client.receipts import check_payload
 from client.selftest import run_self_test, self_test_lane
 from coordinator import __version__
 from coordinator.constants import MIN_TOKEN_BYTES
@@ -449,6 +450,10 @@ async def cmd_simple(args: argparse.Namespace, settings: Settings, lane: str) ->
             return _release_out(args, rel)
         if cmd == "receipt":
             payload = read_payload(args.payload_file)
+            try:  # SPEC §8: hashes, ids and counts — never a prompt, a path, a token, an account
+                check_payload(payload, lane=lane)
+            except ValueError as exc:
+                raise UsageError(f"--payload-file: {exc}") from None
             rec = await b.receipt(lane, args.ticket, args.phase, payload, args.content_hash)
             return _receipt_out(args, rec)
         if cmd == "cooldown":
@@ -842,6 +847,9 @@ def main(argv: list[str] | None = None) -> int:
     except PreProviderError as exc:
         say(f"lane: {exc}")
         return EXIT_PRE_PROVIDER
+    except BadRequestError as exc:  # the coordinator refused a value we passed on: usage
+        say(f"lane: {exc}")
+        return EXIT_USAGE
     except LaneClientError as exc:
         say(f"lane: {exc}")
         return EXIT_FAIL

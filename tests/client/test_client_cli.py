@@ -155,6 +155,37 @@ def test_bad_payload_file_is_usage(
     assert r.code == 2 and "JSON object" in r.err
 
 
+def test_receipt_refuses_a_prompt_looking_payload_before_sending(
+    coordinator: Server, lane_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = shared_env(lane_env, coordinator)
+    t = lane("acquire", "--lane", LANE, "--project", "p", "--scene", "rp", "--prompt-hash",
+             "rp", "--json", env=env).json()["ticket"]["ticketId"]  # fmt: skip
+    bad = tmp_path / "prompt.json"
+    bad.write_text(json.dumps({"prompt": "a cat walking on the moon in the rain"}))
+    r = lane("receipt", "--lane", LANE, "--ticket", t, "--phase", "lease-acquired",
+             "--payload-file", str(bad), "--json", env=env)  # fmt: skip
+    assert r.code == 2 and "prompt" in r.err, r.err
+    st = lane("status", "--lane", LANE, "--verbose", "--json", env=env).json()
+    assert not [x for x in st["recentReceipts"] if x["ticketId"] == t]  # nothing was sent
+    lane("release", "--lane", LANE, "--ticket", t, "--outcome", "not-submitted", env=env)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["history", "--limit", "0"],
+        ["acquire", "--project", "p", "--scene", "s", "--prompt-hash", "h",
+         "--lease-seconds", "5"],
+    ],
+)  # fmt: skip
+def test_values_the_coordinator_refuses_exit_2(
+    coordinator: Server, lane_env: dict[str, str], args: list[str]
+) -> None:
+    r = lane(*args[:1], "--lane", LANE, *args[1:], env=shared_env(lane_env, coordinator))
+    assert r.code == 2 and "bad-request" in r.err, (r.code, r.err)
+
+
 def test_await_prints_pause_once_and_lines_on_change(
     coordinator: Server, lane_env: dict[str, str]
 ) -> None:
