@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +53,23 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))]
 
 
+def cpu_seconds(pid: int) -> float:
+    """user+system CPU seconds a process has used (Linux /proc; 0.0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Served:
+    url: str
+    pid: int
+
+
 @contextlib.contextmanager
-def server(kind: str, tmp: Path) -> Iterator[str]:
+def server(kind: str, tmp: Path) -> Iterator[Served]:
     port = free_port()
     env = dict(os.environ, LANE_COORDINATOR_TOKEN=TOKEN)
     if kind == "coordinator":
@@ -85,7 +101,7 @@ def server(kind: str, tmp: Path) -> Iterator[str]:
             break
         time.sleep(0.05)
     try:
-        yield url
+        yield Served(url, proc.pid)
     finally:
         proc.terminate()
         try:
@@ -111,8 +127,10 @@ class Api:
             return data
 
 
-async def cycles(url: str, lane: str) -> float:
-    """acquire+release cycles per second with CONCURRENCY clients."""
+async def cycles(srv: Served, lane: str) -> tuple[float, float]:
+    """acquire+release cycles per second with CONCURRENCY clients, and the server's CPU
+    microseconds per cycle (independent of how much CPU the load generator took)."""
+    url = srv.url
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
         api = Api(s, url)
         per = CYCLES // CONCURRENCY
@@ -136,9 +154,10 @@ async def cycles(url: str, lane: str) -> float:
                 )
 
         await worker(999)  # warm up the lane (open, migrate)
-        t0 = time.perf_counter()
+        cpu0, t0 = cpu_seconds(srv.pid), time.perf_counter()
         await asyncio.gather(*(worker(w) for w in range(CONCURRENCY)))
-        return per * CONCURRENCY / (time.perf_counter() - t0)
+        n = per * CONCURRENCY
+        return n / (time.perf_counter() - t0), (cpu_seconds(srv.pid) - cpu0) / n * 1e6
 
 
 async def wake_gap(url: str) -> list[float]:
@@ -269,13 +288,16 @@ async def main() -> None:
             f"# lane-coordinator bench  (concurrency {CONCURRENCY}, {CYCLES} cycles, "
             f"{os.cpu_count()} cpus, data in {tmp})"
         )
-        with server("bare", tmp) as url:
-            bare = await cycles(url, "bench:bare")
-        with server("coordinator", tmp) as url:
-            durable = await cycles(url, "bench:cycles")
+        with server("bare", tmp) as srv:
+            bare, bare_cpu = await cycles(srv, "bench:bare")
+        with server("coordinator", tmp) as srv:
+            url = srv.url
+            durable, durable_cpu = await cycles(srv, "bench:cycles")
             print(
                 f"1. acquire+release cycles/s: coordinator {durable:.0f}, bare aiohttp "
-                f"{bare:.0f}, ratio {durable / bare:.2f}x (target >= 0.7x)"
+                f"{bare:.0f}, ratio {durable / bare:.2f}x (target >= 0.7x); server CPU per "
+                f"cycle: coordinator {durable_cpu:.0f} us, bare {bare_cpu:.0f} us "
+                f"(ratio {bare_cpu / durable_cpu:.2f}x)"
             )
             wake = await wake_gap(url)
             print(
