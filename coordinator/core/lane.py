@@ -324,23 +324,17 @@ class LaneCore:
             self._expire(self.live[self.leases[0][1]], fx)
         while self.waiters and self.waiters[0][0] <= now:
             deadline, tid = self.waiters[0]
-            self._end(self.live[tid], Outcome.ABANDONED.value, deadline, fx)
+            waiter = self.live[tid]
+            self._end(waiter, Outcome.ABANDONED.value, deadline, fx)
             self._incident(
                 fx,
                 IncidentKind.WAITER_ABANDONED,
                 deadline,
                 tid,
-                self._ended_machine(fx, tid),
+                waiter.machine_id,
                 {"waiterTimeoutSeconds": self.settings.waiter_timeout_seconds},
             )
         self._promote(now, fx)
-
-    @staticmethod
-    def _ended_machine(fx: Effects, tid: str) -> str | None:
-        for ch in reversed(fx.changes):
-            if isinstance(ch, PutTicket) and ch.ticket.ticket_id == tid:
-                return ch.ticket.machine_id
-        return None
 
     def _promote(self, now: float, fx: Effects) -> None:
         if self.paused(now):
