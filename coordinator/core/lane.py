@@ -51,6 +51,15 @@ def is_owner(ticket: Ticket, machine_id: str, claim_id: str | None) -> bool:
 
 
 class LaneCore:
+    """One lane's live state and rules.
+
+    Calling convention (the actor and the local queue both follow it): for each operation,
+    read `now` once, call `advance(now)` and keep its effects, then call the operation with
+    the same `now`. An operation may raise a LaneError (not-found, not-owner, ...); it does
+    so before changing anything, but time-driven changes (reaps, grants, a pause ending)
+    belong to `advance` and must be persisted even when the operation is refused.
+    """
+
     def __init__(self, lane: str, settings: LaneSettings, snapshot: LaneSnapshot, now: float):
         self.lane = lane
         self.settings = settings
