@@ -52,6 +52,8 @@ LANE_IDLE_CLOSE_SECONDS: Final = 60.0
 JANITOR_INTERVAL_SECONDS: Final = 15.0
 SHUTDOWN_GRACE_SECONDS: Final = 10.0
 STORE_BUSY_TIMEOUT_MS: Final = 5000
+OPEN_ATTEMPTS: Final = 200  # opening a lane file another process is switching to WAL
+OPEN_RETRY_SECONDS: Final = 0.025  # between those attempts (at most ~5 s in all)
 STORE_THREADS: Final = 4
 MAILBOX_BATCH_MAX: Final = 256  # commands group-committed in one transaction
 

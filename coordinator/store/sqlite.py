@@ -6,12 +6,18 @@ import contextlib
 import hashlib
 import json
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from coordinator.constants import ETA_HOLD_SAMPLE_SIZE, STORE_BUSY_TIMEOUT_MS
+from coordinator.constants import (
+    ETA_HOLD_SAMPLE_SIZE,
+    OPEN_ATTEMPTS,
+    OPEN_RETRY_SECONDS,
+    STORE_BUSY_TIMEOUT_MS,
+)
 from coordinator.core.model import (
     Change,
     Incident,
@@ -124,23 +130,36 @@ class SqliteLaneStore:
         return self._db
 
     def open(self) -> None:
-        try:
-            db = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=30.0
-            )
-            self._db = db  # set first, so a failure below closes it
-            db.row_factory = sqlite3.Row
-            db.execute(f"PRAGMA busy_timeout = {STORE_BUSY_TIMEOUT_MS}")
-            db.execute("PRAGMA journal_mode = WAL")
-            db.execute("PRAGMA synchronous = FULL")
-            db.execute("PRAGMA foreign_keys = ON")
-            self._migrate()
-        except sqlite3.Error as exc:
-            self.close()
-            raise StoreError(f"cannot open lane store for {self.lane}") from exc
-        except StoreError:  # e.g. an edited migration: refuse, and leave the store closed
-            self.close()
-            raise
+        # Several processes opening a new file at once (the client's local queue) can find it
+        # locked while one of them switches it to WAL: SQLite answers that without waiting on
+        # the busy handler, so the whole open is tried again, a bounded number of times.
+        for attempt in range(OPEN_ATTEMPTS):
+            try:
+                self._open_once()
+                return
+            except sqlite3.OperationalError as exc:
+                self.close()
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise StoreError(f"cannot open lane store for {self.lane}") from exc
+                if attempt == OPEN_ATTEMPTS - 1:
+                    raise StoreError(f"lane store for {self.lane} stayed locked") from exc
+                time.sleep(OPEN_RETRY_SECONDS)
+            except sqlite3.Error as exc:
+                self.close()
+                raise StoreError(f"cannot open lane store for {self.lane}") from exc
+            except StoreError:  # e.g. an edited migration: refuse, and leave the store closed
+                self.close()
+                raise
+
+    def _open_once(self) -> None:
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        self._db = db  # set first, so a failure below closes it
+        db.row_factory = sqlite3.Row
+        db.execute(f"PRAGMA busy_timeout = {STORE_BUSY_TIMEOUT_MS}")
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = FULL")
+        db.execute("PRAGMA foreign_keys = ON")
+        self._migrate()
 
     def close(self) -> None:
         if self._db is not None:

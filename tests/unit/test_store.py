@@ -6,6 +6,7 @@ import hashlib
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -504,3 +505,33 @@ def test_backup_is_a_consistent_copy(store: SqliteLaneStore, tmp_path: Path) -> 
         assert copy.load(LANE).next_seq == 2
     finally:
         copy.close()
+
+
+def _open_at_once(path: str, barrier: Any, results: Any) -> None:
+    barrier.wait()
+    st = SqliteLaneStore(Path(path), LANE)
+    try:
+        st.open()
+        results.put("ok")
+    except Exception as exc:  # reported to the parent, which asserts on it
+        results.put(f"{type(exc).__name__}: {exc} ({exc.__cause__!r})")
+    finally:
+        st.close()
+
+
+def test_many_processes_opening_a_new_lane_file_at_once(tmp_path: Path) -> None:
+    """The local queue's processes may all open a brand-new lane file together; switching it
+    to WAL can answer "database is locked" without waiting, so open() tries again."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    for trial in range(20):
+        path = str(tmp_path / f"t{trial}+main.sqlite")
+        barrier, results = ctx.Barrier(8), ctx.Queue()
+        procs = [ctx.Process(target=_open_at_once, args=(path, barrier, results)) for _ in range(8)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        outcomes = [results.get(timeout=10) for _ in procs]
+        assert outcomes == ["ok"] * 8, (trial, outcomes)
