@@ -20,6 +20,7 @@
 # DRILL_LANE (default drill:acceptance), DRILL_TIMEOUT (default 120).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/drill-common.sh
 BIN=$(cd "${BIN:-.venv/bin}" && pwd)
 CONFIG=${CONFIG:-deploy/example-config.toml}
 LANE=${DRILL_LANE:-drill:acceptance}
@@ -196,21 +197,7 @@ if [ "$cut" = 1 ] && [ "$restored" = 0 ]; then
 fi
 
 # ---- after the drill: no live ticket on the drill lane or its barrier lane
-after_ok=1
-for l in "$LANE" "$LANE-barrier"; do
-  if ! out=$(ip netns exec "$NSA" env LANE_COORDINATOR_URL="$url_a" LANE_TOKEN="$token" \
-    LANE_MACHINE_ID=netns-check LANE_CONFIG_DIR="$work/config-check" \
-    PYTHON_KEYRING_BACKEND=keyring.backends.fail.Keyring \
-    "$BIN/lane" status --lane "$l" --json 2>&1); then
-    echo "netns: status of $l failed: $out" >&2
-    after_ok=0
-    continue
-  fi
-  counts=$(printf '%s' "$out" | "$BIN/python" -c \
-    'import json,sys; d=json.load(sys.stdin); print(len(d["held"]), len(d["queued"]))')
-  say "after: $l held ${counts% *} queued ${counts#* }"
-  [ "$counts" = "0 0" ] || after_ok=0
-done
+no_live_tickets netns "$url_a" ip netns exec "$NSA"
 
 # Summary on stdout: both roles' PASS lines (the live logs above went to stderr).
 echo "netns: summary"

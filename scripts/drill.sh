@@ -13,6 +13,7 @@
 # a temp one, e.g. to inspect the SQLite files afterwards).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/drill-common.sh
 BIN=${BIN:-.venv/bin}
 CONFIG=${CONFIG:-deploy/example-config.toml}
 LANE=${DRILL_LANE:-drill:acceptance}
@@ -120,20 +121,7 @@ show "[A]" "$work/a.log" "$shown_a" >/dev/null
 show "[B]" "$work/b.log" "$shown_b" >/dev/null
 
 # After the drill: no live ticket on the drill lane or its barrier lane.
-after_ok=1
-for l in "$LANE" "$LANE-barrier"; do
-  if ! out=$(LANE_COORDINATOR_URL="$url" LANE_TOKEN="$token" LANE_MACHINE_ID=drill-check \
-    LANE_CONFIG_DIR="$work/config-check" PYTHON_KEYRING_BACKEND=keyring.backends.fail.Keyring \
-    "$BIN/lane" status --lane "$l" --json 2>&1); then
-    echo "drill: status of $l failed: $out" >&2
-    after_ok=0
-    continue
-  fi
-  counts=$(printf '%s' "$out" | "$BIN/python" -c \
-    'import json,sys; d=json.load(sys.stdin); print(len(d["held"]), len(d["queued"]))')
-  echo "drill: after: $l held ${counts% *} queued ${counts#* }"
-  [ "$counts" = "0 0" ] || after_ok=0
-done
+no_live_tickets drill "$url"
 
 if [ "$rc_a" = 0 ] && [ "$rc_b" = 0 ] && [ "$after_ok" = 1 ]; then
   echo "drill: PASSED (role A exit 0, role B exit 0, no live tickets left)"
