@@ -9,14 +9,13 @@ import json
 import secrets
 import subprocess
 import sys
-import threading
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from loopthread import LoopThread
 
 from coordinator.clock import Clock, ManualClock
 from coordinator.config import Config
@@ -28,27 +27,6 @@ LANE_BIN = Path(sys.executable).parent / "lane"
 ROUTES = {"render": 1, "self-test": 1, "drill": 1}
 LANES = {"render:wide": 2}
 UNENFORCED_LANE = "free:main"
-
-
-class LoopThread:
-    """An event loop in a daemon thread; `call(coro_fn)` runs a coroutine there and waits."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def call(self, fn: Callable[[], Awaitable[Any]], timeout: float = 60) -> Any:
-        async def wrap() -> Any:
-            return await fn()
-
-        fut: Future[Any] = asyncio.run_coroutine_threadsafe(wrap(), self.loop)
-        return fut.result(timeout)
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
 
 
 @dataclass

@@ -10,14 +10,13 @@ import json
 import os
 import secrets
 import sys
-import threading
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from loopthread import LoopThread
 
 from client.api import LaneClient
 from coordinator.clock import Clock, ManualClock
@@ -31,27 +30,6 @@ ROUTES = {"drill": 1, "render": 1}
 LANE = "drill:example"
 OTHER_LANE = "render:main"
 FREE_LANE = "free:main"  # route without a capacity: unenforced
-
-
-class LoopThread:
-    """An event loop in a daemon thread; `call(fn)` runs `fn()` (a coroutine) there."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def call(self, fn: Callable[[], Awaitable[Any]], timeout: float = 60) -> Any:
-        async def wrap() -> Any:
-            return await fn()
-
-        fut: Future[Any] = asyncio.run_coroutine_threadsafe(wrap(), self.loop)
-        return fut.result(timeout)
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
 
 
 @dataclass
