@@ -12,9 +12,12 @@ CONFIG    ?= deploy/example-config.toml
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
-	@command -v uv >/dev/null 2>&1 || python3 -m pip install -q uv
-	@test -x $(PY) || uv venv -q $(VENV)
-	VIRTUAL_ENV=$(VENV) uv pip install -q -e '.[dev]'
+	@# Never the system Python (Debian 12+/Ubuntu 24.04 refuse it): a venv from the standard
+	@# venv module, uv inside it (or the uv already on PATH), then the project.
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@if command -v uv >/dev/null 2>&1; then UV=uv; \
+	  else test -x $(BIN)/uv || $(PY) -m pip install -q uv; UV=$(BIN)/uv; fi; \
+	  VIRTUAL_ENV=$(VENV) $$UV pip install -q -e '.[dev]'
 	@touch $@
 
 ## make run: a dev coordinator on loopback, generated token, example config, data in ./var/
