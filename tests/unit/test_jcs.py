@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +23,12 @@ from coordinator.core.receipts import (
 )
 from coordinator.errors import BadRequest
 
+VECTORS = Path(__file__).resolve().parents[1] / "data" / "jcs_vectors"
+
 
 def vectors_dir() -> Path:
-    """`$LANE_JCS_VECTORS`, else `<workspace>/shared/jcs-vectors` next to the repo."""
-    override = os.environ.get("LANE_JCS_VECTORS")
-    if override:
-        return Path(override)
-    return Path(__file__).resolve().parents[3] / "shared" / "jcs-vectors"
+    """The RFC 8785 reference vectors kept in the repository (tests/data/jcs_vectors)."""
+    return VECTORS
 
 
 def _vector_names() -> list[str]:
@@ -43,7 +41,7 @@ def _vector_names() -> list[str]:
 
 def test_vectors_folder_is_there() -> None:
     d = vectors_dir()
-    assert (d / "input").is_dir(), f"JCS vectors missing: {d}/input (set LANE_JCS_VECTORS)"
+    assert (d / "input").is_dir(), f"JCS vectors missing: {d}/input"
     assert (d / "output").is_dir(), f"JCS vectors missing: {d}/output"
     inputs = sorted(p.name for p in (d / "input").iterdir())
     outputs = sorted(p.name for p in (d / "output").iterdir())
