@@ -6,12 +6,15 @@ HOST      ?= 127.0.0.1
 PORT      ?= 8787
 DATA_DIR  ?= var/data
 CONFIG    ?= deploy/example-config.toml
+# uv: the one on PATH, else the one `make setup` installs into the venv
+UV         = $(shell command -v uv 2>/dev/null || echo $(BIN)/uv)
 
-.PHONY: setup run test test-core test-ui lint bench verify drill drill-netns check clean
+.PHONY: setup run test test-core test-ui lint bench verify dist drill drill-netns check clean
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# coordinator/__init__.py holds __version__ (the one version source): a bump reinstalls
+$(VENV)/.installed: pyproject.toml coordinator/__init__.py
 	@# Never the system Python (Debian 12+/Ubuntu 24.04 refuse it): a venv from the standard
 	@# venv module, uv inside it (or the uv already on PATH), then the project.
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -51,6 +54,15 @@ verify: setup
 	$(MAKE) --no-print-directory test
 	@LANE_COORDINATOR_TOKEN=$${LANE_COORDINATOR_TOKEN:-check-only-token-0123456789abcdefghijkl} \
 	  $(BIN)/lane-coordinator check --data-dir var/verify-data --config deploy/production-config.toml
+	@echo "verify: OK (ruff, ruff format, mypy --strict, every test, check of the production config)"
+
+## make dist: the wheel and the sdist users install, in dist/ (tests/ops/test_dist.py builds
+## the same wheel and installs it into a fresh venv)
+dist: setup
+	@test -x "$(UV)" || $(PY) -m pip install -q uv
+	rm -rf dist
+	$(UV) build --python $(PY) --out-dir dist
+	@ls -1 dist
 
 ## make drill: the acceptance drill (SPEC §9): a fresh loopback coordinator, roles A and B as
 ## two processes (tests/drill runs the same script in `make test`)
@@ -67,4 +79,4 @@ check: setup
 	  $(BIN)/lane-coordinator check --data-dir $(DATA_DIR) --config $(CONFIG)
 
 clean:
-	rm -rf var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf var dist build .pytest_cache .mypy_cache .ruff_cache

@@ -7,6 +7,7 @@ from client.api import LaneBackend, LaneClient
 from client.config import Settings, connect, load_settings
 from client.errors import LaneClientError, PreProviderError
 from client.local import LocalQueue
+from coordinator import __version__  # one version for both packages (pyproject reads it)
 
 __all__ = [
     "LaneBackend",
@@ -15,6 +16,7 @@ __all__ = [
     "LocalQueue",
     "PreProviderError",
     "Settings",
+    "__version__",
     "connect",
     "load_settings",
 ]
