@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import os
 import signal
 import sys
@@ -14,14 +15,17 @@ from pathlib import Path
 import structlog
 from aiohttp import web
 
+from coordinator import __version__
 from coordinator import constants as C
 from coordinator.config import Config, load_config, load_tokens
 from coordinator.errors import ConfigError, LaneError
 from coordinator.logs import configure_logging
 from coordinator.names import lane_from_file_name
-from coordinator.store.sqlite import SqliteLaneStore, copy_lane_file
+from coordinator.store.sqlite import SqliteLaneStore, copy_lane_file, make_private_dir
 
 log = structlog.get_logger("coordinator.cli")
+
+PRIVATE_UMASK = 0o077
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -35,6 +39,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lane-coordinator")
+    parser.add_argument("--version", action="version", version=f"lane-coordinator {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _common(sub.add_parser("serve", help="run the coordinator"))
     _common(sub.add_parser("check", help="dry run: validate config, token and migrations"))
@@ -96,7 +101,12 @@ async def _serve(args: argparse.Namespace) -> int:
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:  # the port is taken, the host is not on this machine, ...
+        await runner.cleanup()
+        print(f"lane-coordinator: {_listen_failure(args.host, args.port, exc)}", file=sys.stderr)
+        return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -106,6 +116,13 @@ async def _serve(args: argparse.Namespace) -> int:
     with contextlib.suppress(NotImplementedError, AttributeError):
         loop.add_signal_handler(signal.SIGHUP, _reload_tokens, args.token_file, app)
     port = runner.addresses[0][1] if runner.addresses else args.port  # the real one for --port 0
+    # Only now, once the socket is bound: a failed start never logs "started".
+    log.info(
+        "coordinator.started",
+        version=__version__,
+        data_dir=str(args.data_dir),
+        address=_address(args.host, port),
+    )
     print(f"lane-coordinator listening on http://{args.host}:{port}", file=sys.stderr)
     await stop.wait()
     try:
@@ -113,6 +130,24 @@ async def _serve(args: argparse.Namespace) -> int:
     except TimeoutError:
         print("lane-coordinator: shutdown grace period ran out", file=sys.stderr)
     return 0
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _listen_failure(host: str, port: int, exc: OSError) -> str:
+    """One line: which address, and why (asyncio's own text is a Python tuple)."""
+    code = exc.errno or 0  # getaddrinfo's codes are negative, with their own strerror
+    why = os.strerror(code).lower() if code > 0 else (exc.strerror or str(exc))
+    hint = ""
+    if exc.errno == errno.EADDRINUSE:
+        hint = " (another process is listening there: stop it or choose another --port)"
+    elif exc.errno == errno.EADDRNOTAVAIL:
+        hint = " (that address is not on this machine: check --host)"
+    elif exc.errno == errno.EACCES:
+        hint = " (ports below 1024 need privileges: choose another --port)"
+    return f"cannot listen on {_address(host, port)}: {why}{hint}"
 
 
 def _reload_tokens(token_file: Path | None, app: web.Application) -> None:
@@ -137,7 +172,7 @@ def backup(args: argparse.Namespace) -> int:
     dest: Path = args.dest
     if dest.resolve() == args.data_dir.resolve():
         raise ConfigError("backup: DEST must not be the data dir")
-    dest.mkdir(parents=True, exist_ok=True)
+    make_private_dir(dest)
     count = 0
     for path in sorted(args.data_dir.iterdir()):
         lane = lane_from_file_name(path.name)
@@ -155,6 +190,8 @@ def backup(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(getattr(args, "log_level", "info"))
+    if args.command in ("serve", "backup"):
+        os.umask(PRIVATE_UMASK)  # whatever it creates is its owner's only (lane files, backups)
     try:
         if args.command == "check":
             return check(args)

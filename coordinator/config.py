@@ -84,6 +84,19 @@ def _capacity(where: str, table: Any) -> int | None:
     return cap
 
 
+def _waiter_timeout(raw: dict[str, Any]) -> float:
+    """A parked await keeps its waiter alive, so the timeout must outlast the longest await."""
+    key, lo = "waiter_timeout_seconds", C.MIN_WAITER_TIMEOUT_SECONDS
+    v = float(_number(raw, key, C.DEFAULT_WAITER_TIMEOUT_SECONDS, 0, C.MAX_WAITER_TIMEOUT_SECONDS))
+    if v < lo:
+        raise ConfigError(
+            f"config: {key} must be at least {lo:g} (the longest await, "
+            f"{C.MAX_AWAIT_SECONDS:g} s, plus a {C.WAITER_TIMEOUT_MARGIN_SECONDS:g} s margin), "
+            f"got {v:g}: a shorter one abandons waiters while they wait in an await"
+        )
+    return v
+
+
 KNOWN_KEYS = {
     "default_lease_seconds",
     "waiter_timeout_seconds",
@@ -109,9 +122,7 @@ def parse_config(raw: dict[str, Any]) -> Config:
                 C.MAX_LEASE_SECONDS,
             )
         ),
-        waiter_timeout_seconds=float(
-            _number(raw, "waiter_timeout_seconds", C.DEFAULT_WAITER_TIMEOUT_SECONDS, 10, 86400)
-        ),
+        waiter_timeout_seconds=_waiter_timeout(raw),
         default_hold_seconds=float(
             _number(raw, "default_hold_seconds", C.DEFAULT_HOLD_SECONDS, 1, 86400)
         ),

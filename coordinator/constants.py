@@ -18,6 +18,11 @@ ETA_HOLD_SAMPLE_SIZE: Final = 20  # recent hold durations averaged for the ETA
 DEFAULT_AWAIT_SECONDS: Final = 30.0
 MIN_AWAIT_SECONDS: Final = 1.0
 MAX_AWAIT_SECONDS: Final = 60.0
+# A parked await is a waiter's keep-alive: the waiter timeout must outlast the longest await
+# plus this margin (network, a client's retry), or a waiter is abandoned mid-poll.
+WAITER_TIMEOUT_MARGIN_SECONDS: Final = 30.0
+MIN_WAITER_TIMEOUT_SECONDS: Final = MAX_AWAIT_SECONDS + WAITER_TIMEOUT_MARGIN_SECONDS  # 90
+MAX_WAITER_TIMEOUT_SECONDS: Final = 86400.0
 
 # Cooldown (seconds)
 MIN_COOLDOWN_SECONDS: Final = 30.0
@@ -33,6 +38,14 @@ RECENT_RECEIPTS_LIMIT: Final = 50
 INCIDENTS_RETAINED: Final = 2000  # rows per lane
 DEFAULT_INCIDENTS_LIMIT: Final = 100
 MAX_INCIDENTS_LIMIT: Final = 1000
+# GET /v1/overview: one bounded read of every lane for the control room's refresh
+OVERVIEW_DEFAULT_HISTORY: Final = 50  # render-log rows per lane (the timeline)
+OVERVIEW_MAX_HISTORY: Final = 200
+OVERVIEW_DEFAULT_QUEUED: Final = 50  # queued tickets listed per lane; queuedTotal says how many
+OVERVIEW_DEFAULT_RECEIPTS: Final = 6  # newest receipts per lane (no payload)
+OVERVIEW_DEFAULT_LOG_LIMIT: Final = 100  # rows of the render log of the chosen lane(s)
+OVERVIEW_MAX_LOG_LIMIT: Final = 500
+OVERVIEW_PROJECTS_LIMIT: Final = 100  # projects listed per lane, most recently served first
 
 # Sizes (bytes / characters)
 DEFAULT_MAX_BODY_BYTES: Final = 65536

@@ -52,6 +52,13 @@ class NotFound(LaneError):
     status = 404
 
 
+class MethodNotAllowed(LaneError):
+    """A known path with a method it does not serve; the reply's Allow header lists them."""
+
+    code = "method-not-allowed"
+    status = 405
+
+
 class TicketNotHeld(LaneError):
     code = "ticket-not-held"
     status = 409

@@ -10,13 +10,20 @@ import asyncio
 import secrets
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from coordinator.actor.lane_actor import Ctx
 from coordinator.actor.registry import LaneRegistry
 from coordinator.clock import Clock
 from coordinator.constants import (
+    DEFAULT_INCIDENTS_LIMIT,
     EVIDENCE_RECENT_SECONDS,
+    OVERVIEW_DEFAULT_HISTORY,
+    OVERVIEW_DEFAULT_LOG_LIMIT,
+    OVERVIEW_DEFAULT_QUEUED,
+    OVERVIEW_DEFAULT_RECEIPTS,
+    OVERVIEW_PROJECTS_LIMIT,
     RECENT_RECEIPTS_LIMIT,
     STATUS_QUEUED_LIMIT,
 )
@@ -29,7 +36,14 @@ from coordinator.core.commands import (
     TicketCall,
 )
 from coordinator.core.lane import LaneCore
-from coordinator.core.model import Effects, LaneSnapshot, ReceiptPhase, Ticket, TicketState
+from coordinator.core.model import (
+    Effects,
+    LaneSnapshot,
+    Receipt,
+    ReceiptPhase,
+    Ticket,
+    TicketState,
+)
 from coordinator.core.views import history_row, incident_row, outcome_counts, receipt_row
 from coordinator.errors import NotFound
 
@@ -335,6 +349,96 @@ class LaneService:
         rows.sort(key=lambda r: (r["at"], r["id"]), reverse=True)
         return {"incidents": rows[:limit]}
 
+    async def overview(self, q: OverviewQuery) -> dict[str, Any]:
+        """Every lane in one bounded read: what the control room's periodic refresh needs.
+
+        One job per lane (run concurrently), each reading only bounded rows: the lane's
+        status (at most `q.queued` queued tickets), its newest `q.history` render-log rows,
+        its newest `q.receipts` receipts (no payload) plus the mismatched ones among the
+        newest RECENT_RECEIPTS_LIMIT, and its newest `q.incidents` incidents. The render log
+        (`log`) is the newest `q.limit` rows of `q.lane` (every lane when None), filtered by
+        `q.project`. Machines are added by the HTTP layer (presence lives there).
+        """
+        now = self.clock.now()
+        lanes = self.registry.known_lanes()
+        views = await asyncio.gather(*(self._overview_lane(lane, q) for lane in lanes))
+        incidents = [row for v in views for row in v.incidents]
+        incidents.sort(key=lambda r: (r["at"], r["id"]), reverse=True)
+        log_rows = [row for v in views for row in v.log]
+        log_rows.sort(key=lambda r: float(r["endedAt"] or 0.0), reverse=True)
+        log_rows = log_rows[: q.limit]
+        in_log = [v for v in views if q.lane is None or v.lane["lane"] == q.lane]
+        return {
+            "now": now,
+            "limits": {
+                "history": q.history,
+                "queued": q.queued,
+                "receipts": q.receipts,
+                "incidents": q.incidents,
+                "limit": q.limit,
+            },
+            "lanes": [v.lane for v in views],
+            "incidents": incidents[: q.incidents],
+            "log": {
+                "lane": q.lane,
+                "project": q.project,
+                "entries": log_rows,
+                "counts": outcome_counts(log_rows),
+                "retained": sum(int(v.lane["history"]["retained"]) for v in in_log),
+                "retainedLimit": self.config.history_retained,
+            },
+        }
+
+    async def _overview_lane(self, lane: str, q: OverviewQuery) -> _LaneView:
+        in_log = q.lane is None or q.lane == lane
+        if not self.enforced(lane):
+            view = {
+                "lane": lane,
+                "enforced": False,
+                "capacity": None,
+                "held": [],
+                "queued": [],
+                "queuedTotal": 0,
+                "pause": None,
+                "now": self.clock.now(),
+            }
+            return _LaneView({**view, **_nothing_yet()}, [], [])
+
+        async def job(ctx: Ctx) -> _LaneView:
+            core = ctx.core
+            store = ctx.actor.store
+            view = core.status(ctx.now, q.queued)
+            # one history read serves the timeline and, unfiltered, the render log
+            shared = in_log and q.project is None
+            n = max(q.history, q.limit) if shared else q.history
+            rows = [history_row(t) for t in await ctx.read(store.history, n, None)] if n else []
+            log = rows[: q.limit] if shared else []
+            if in_log and not shared:
+                log = [history_row(t) for t in await ctx.read(store.history, q.limit, q.project)]
+            recs = await ctx.read(store.recent_receipts, RECENT_RECEIPTS_LIMIT)
+            found = await ctx.read(store.incidents, q.incidents)
+            live = [t.project for t in core.live.values()]
+            served = sorted(core.served, key=lambda p: core.served[p], reverse=True)
+            view["history"] = {"entries": rows[: q.history], "retained": core.history_count}
+            view["recentReceipts"] = [_receipt_summary(r) for r in recs[: q.receipts]]
+            view["receiptMismatches"] = [
+                _receipt_summary(r) for r in recs if r.content_hash_verified is False
+            ]
+            view["projects"] = _projects([*live, *served, *(r["project"] for r in rows)])
+            return _LaneView(
+                view,
+                [incident_row(lane, i, inc) for i, inc in found],
+                [{"lane": lane, **r} for r in log],
+            )
+
+        try:
+            result: _LaneView = await self._job(lane, job)
+        except _NoLane:
+            view = self._empty_core(lane).status(self.clock.now(), q.queued)
+            view.update(_nothing_yet())
+            result = _LaneView(view, [], [])
+        return result
+
     async def evidence(self, lane: str, ticket_id: str | None) -> dict[str, Any]:
         now = self.clock.now()
         unknown = UNKNOWN
@@ -415,6 +519,48 @@ def _unknown_job(ticket_id: str) -> dict[str, Any]:
         "receipts": {p.value: UNKNOWN for p in ReceiptPhase},
         "complete": False,
     }
+
+
+@dataclass(frozen=True)
+class OverviewQuery:
+    """What GET /v1/overview reads; every number is bounded by the HTTP layer."""
+
+    history: int = OVERVIEW_DEFAULT_HISTORY  # render-log rows per lane (timeline)
+    queued: int = OVERVIEW_DEFAULT_QUEUED  # queued tickets listed per lane
+    receipts: int = OVERVIEW_DEFAULT_RECEIPTS  # newest receipts per lane
+    incidents: int = DEFAULT_INCIDENTS_LIMIT  # newest incidents over every lane
+    lane: str | None = None  # the render log's lane; every lane when None
+    project: str | None = None  # the render log's project filter
+    limit: int = OVERVIEW_DEFAULT_LOG_LIMIT  # render-log rows in all
+
+
+@dataclass
+class _LaneView:
+    lane: dict[str, Any]
+    incidents: list[dict[str, Any]]
+    log: list[dict[str, Any]]
+
+
+def _nothing_yet() -> dict[str, Any]:
+    """The overview's per-lane reads of a lane with no file, or an unenforced one."""
+    return {
+        "history": {"entries": [], "retained": 0},
+        "recentReceipts": [],
+        "receiptMismatches": [],
+        "projects": [],
+    }
+
+
+def _receipt_summary(r: Receipt) -> dict[str, Any]:
+    """A receipt row without its payload (the overview stays small; evidence has it)."""
+    row = receipt_row(r)
+    del row["payload"]
+    return row
+
+
+def _projects(names: list[str]) -> list[str]:
+    """Distinct names in the given (most recent first) order, cut, then sorted."""
+    return sorted(list(dict.fromkeys(names))[:OVERVIEW_PROJECTS_LIMIT])
 
 
 class _NoLane(Exception):

@@ -18,7 +18,7 @@ from coordinator.errors import ConfigError
 from coordinator.metrics import NULL_METRICS, LaneObserver
 from coordinator.names import lane_file_name, lane_from_file_name
 from coordinator.store.lock import DataDirLock
-from coordinator.store.sqlite import SqliteLaneStore
+from coordinator.store.sqlite import SqliteLaneStore, make_private_dir
 
 log = structlog.get_logger("coordinator.registry")
 
@@ -56,7 +56,10 @@ class LaneRegistry:
     async def start(self) -> None:
         if self.data_dir.exists() and not self.data_dir.is_dir():
             raise ConfigError(f"data dir: {self.data_dir} exists and is not a directory")
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.data_dir.is_dir() and self.data_dir.stat().st_mode & 0o077:
+            # Its lane files are 0600 anyway; the directory's mode is the operator's choice.
+            log.warning("data_dir.not_private", data_dir=str(self.data_dir), hint="chmod 700")
+        make_private_dir(self.data_dir)
         self._lock.acquire()
         for lane in self.lanes_on_disk():
             if self.config.lane_settings(lane) is None:

@@ -602,6 +602,17 @@ class LaneCore:
         if self.paused(now):
             assert self.pause is not None
             if until > self.pause.until:
+                # The pause began when it began: an extension keeps startedAt, takes the new
+                # reporter and until; when it was extended is the incident's own record.
+                previous = self.pause
+                new = Pause(
+                    cmd.reason_code,
+                    previous.started_at,
+                    until,
+                    call.machine_id,
+                    call.claim_id,
+                    t.ticket_id,
+                )
                 self.pause = new
                 extended = True
                 fx.changes.append(PutPause(new))
@@ -612,7 +623,14 @@ class LaneCore:
                     now,
                     t.ticket_id,
                     call.machine_id,
-                    {"reasonCode": cmd.reason_code, "until": until},
+                    {
+                        "reasonCode": cmd.reason_code,
+                        "extendedAt": now,
+                        "until": until,
+                        "previousUntil": previous.until,
+                        "startedAt": previous.started_at,
+                        "retryAfterSeconds": cmd.retry_after_seconds,
+                    },
                 )
         else:
             self.pause = new
@@ -648,6 +666,11 @@ class LaneCore:
         if t.machine_id != cmd.machine_id:
             raise NotHolder(
                 f"machineId: {cmd.machine_id!r} is not the holder machine of {cmd.ticket_id}"
+            )
+        if t.held_at is None:  # held now or before (expired/done) is fine; never held is not
+            raise NotHolder(
+                f"ticketId: {cmd.ticket_id} never held the slot ({t.state.value}); "
+                "receipts are written once it is granted"
             )
         if existing is not None:
             if existing.content_hash != cmd.content_hash:

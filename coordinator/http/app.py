@@ -11,17 +11,25 @@ from typing import Any
 
 import msgspec
 import structlog
-from aiohttp import web
+from aiohttp import web, web_response
 
-from coordinator import __version__
 from coordinator.actor.registry import LaneRegistry
 from coordinator.clock import Clock, SystemClock
 from coordinator.config import Config
 from coordinator.constants import (
     COORDINATOR_KIND,
     DEFAULT_INCIDENTS_LIMIT,
+    MAX_IDENTITY_CHARS,
     MAX_INCIDENTS_LIMIT,
     MAX_RECEIPT_PAYLOAD_BYTES,
+    OVERVIEW_DEFAULT_HISTORY,
+    OVERVIEW_DEFAULT_LOG_LIMIT,
+    OVERVIEW_DEFAULT_QUEUED,
+    OVERVIEW_DEFAULT_RECEIPTS,
+    OVERVIEW_MAX_HISTORY,
+    OVERVIEW_MAX_LOG_LIMIT,
+    RECENT_RECEIPTS_LIMIT,
+    STATUS_QUEUED_LIMIT,
     SUPPORTED_PROTOCOLS,
 )
 from coordinator.core.commands import (
@@ -36,6 +44,7 @@ from coordinator.core.receipts import canonical_json, check_receipt_id, content_
 from coordinator.errors import (
     BadRequest,
     LaneError,
+    MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
     ReceiptConflict,
@@ -49,7 +58,7 @@ from coordinator.http.openapi import openapi_bytes
 from coordinator.http.presence import Presence
 from coordinator.metrics import CONTENT_TYPE, Metrics
 from coordinator.names import parse_lane
-from coordinator.service import LaneService, new_ticket_id
+from coordinator.service import LaneService, OverviewQuery, new_ticket_id
 
 log = structlog.get_logger("coordinator.http")
 
@@ -62,6 +71,12 @@ PRESENCE_KEY = web.AppKey("presence", Presence)
 METRICS_KEY = web.AppKey("metrics", Metrics)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+WWW_AUTHENTICATE = 'Bearer realm="lane-coordinator"'
+SERVER_HEADER = "lane-coordinator"  # never the Python or aiohttp version
+# aiohttp stamps "Server: Python/3.x aiohttp/3.x" on every reply, the ones it writes itself
+# for a request it cannot parse included (no app signal runs for those): name us instead.
+setattr(web_response, "SERVER_SOFTWARE", SERVER_HEADER)  # noqa: B010
 
 
 def _json(data: dict[str, Any], status: int = 200) -> web.Response:
@@ -82,13 +97,15 @@ def _error(
     if request.path.startswith("/v1/"):
         body = {"coordinator": COORDINATOR_KIND, **body}
     resp = _json(body, exc.status)
+    if exc.status == 401:  # RFC 6750: say which scheme to use
+        resp.headers["WWW-Authenticate"] = WWW_AUTHENTICATE
     if headers:
         resp.headers.update(headers)
     return resp
 
 
 def _http_error(request: web.Request, exc: web.HTTPException) -> tuple[LaneError, dict[str, str]]:
-    """aiohttp's own refusals, in SPEC's codes (a wrong method is a 400 with an Allow header)."""
+    """aiohttp's own refusals, in SPEC's codes (a wrong method is a 405 with an Allow header)."""
     if isinstance(exc, web.HTTPRequestEntityTooLarge):
         return PayloadTooLarge("body: larger than the configured max_body_bytes"), {}
     if isinstance(exc, web.HTTPNotFound):
@@ -96,11 +113,20 @@ def _http_error(request: web.Request, exc: web.HTTPException) -> tuple[LaneError
     if isinstance(exc, web.HTTPMethodNotAllowed):
         allowed = ", ".join(sorted(exc.allowed_methods))
         msg = f"method: {request.method} is not allowed on {request.path}; use {allowed}"
-        return BadRequest(msg), {"Allow": allowed}
+        return MethodNotAllowed(msg), {"Allow": allowed}
     return BadRequest(exc.reason), {}
 
 
 # ---------------------------------------------------------------- middlewares
+
+
+async def _reply_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """on_response_prepare: every reply of the app, errors and redirects included."""
+    response.headers["Server"] = SERVER_HEADER
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    path = request.path
+    if path == "/v1" or path.startswith("/v1/") or path == "/metrics":
+        response.headers.setdefault("Cache-Control", "no-store")  # token-gated data
 
 
 @web.middleware
@@ -347,6 +373,27 @@ async def list_machines(request: web.Request) -> web.Response:
     return _v1({"machines": request.app[PRESENCE_KEY].view(now), "now": now})
 
 
+async def overview(request: web.Request) -> web.Response:
+    """The control room's whole refresh in one bounded read (see LaneService.overview)."""
+    project = request.query.get("project") or None
+    if project is not None and len(project) > MAX_IDENTITY_CHARS:
+        raise BadRequest(f"project: at most {MAX_IDENTITY_CHARS} characters")
+    q = OverviewQuery(
+        history=_query_int(request, "history", OVERVIEW_DEFAULT_HISTORY, 0, OVERVIEW_MAX_HISTORY),
+        queued=_query_int(request, "queued", OVERVIEW_DEFAULT_QUEUED, 0, STATUS_QUEUED_LIMIT),
+        receipts=_query_int(
+            request, "receipts", OVERVIEW_DEFAULT_RECEIPTS, 0, RECENT_RECEIPTS_LIMIT
+        ),
+        incidents=_query_int(request, "incidents", DEFAULT_INCIDENTS_LIMIT, 1, MAX_INCIDENTS_LIMIT),
+        lane=_query_lane(request, required=False),
+        project=project,
+        limit=_query_int(request, "limit", OVERVIEW_DEFAULT_LOG_LIMIT, 1, OVERVIEW_MAX_LOG_LIMIT),
+    )
+    reply = await request.app[SERVICE_KEY].overview(q)
+    reply["machines"] = request.app[PRESENCE_KEY].view(reply["now"])
+    return _v1(reply)
+
+
 async def evidence(request: web.Request) -> web.Response:
     lane = _query_lane(request, required=True)
     assert lane is not None
@@ -461,6 +508,7 @@ def create_app(
     app.router.add_get("/v1/incidents", list_incidents, name="incidents")
     app.router.add_get("/v1/machines", list_machines, name="machines")
     app.router.add_get("/v1/evidence", evidence, name="evidence")
+    app.router.add_get("/v1/overview", overview, name="overview")
     app.router.add_get("/v1/dashboard", dashboard, name="dashboard")
     app.router.add_get("/healthz", healthz, name="healthz")
     app.router.add_get("/metrics", metrics, name="metrics")  # bearer: see auth_middleware
@@ -469,8 +517,7 @@ def create_app(
     app.router.add_get("/control-room/assets/{name}", control_room_asset, name="control-room-asset")
 
     async def on_startup(app: web.Application) -> None:
-        await app[REGISTRY_KEY].start()
-        log.info("coordinator.started", version=__version__, data_dir=str(data_dir))
+        await app[REGISTRY_KEY].start()  # "coordinator.started" is logged once listening (cli)
 
     async def on_shutdown(app: web.Application) -> None:
         app[REGISTRY_KEY].drain()  # parked long polls answer now, not after the grace period
@@ -479,6 +526,7 @@ def create_app(
         await app[REGISTRY_KEY].stop()
         log.info("coordinator.stopped")
 
+    app.on_response_prepare.append(_reply_headers)
     app.on_startup.append(on_startup)
     app.on_shutdown.append(on_shutdown)
     app.on_cleanup.append(on_cleanup)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -59,6 +60,41 @@ _RECEIPT_COLUMNS = (
     "receipt_id, ticket_id, phase, machine_id, payload, content_hash, content_hash_verified, "
     "created_at"
 )
+
+
+PRIVATE_FILE_MODE = 0o600
+PRIVATE_DIR_MODE = 0o700
+_LANE_FILE_SUFFIXES = ("", "-wal", "-shm", "-journal")
+
+
+def make_private_file(path: Path) -> None:
+    """Lane files hold every machine's tickets and receipts: owner-only (0600), whatever the
+    process umask. A new file is created empty with that mode before SQLite opens it (SQLite
+    then gives its -wal and -shm files the database file's mode); an existing lane file that
+    an older version left open to others is tightened, with its -wal/-shm/-journal.
+    Raises OSError when the file cannot be created (the caller words it)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+    except FileExistsError:
+        for suffix in _LANE_FILE_SUFFIXES:
+            side = path.with_name(path.name + suffix)
+            with contextlib.suppress(OSError):  # absent, or not ours: SQLite's open decides
+                if side.stat().st_mode & 0o077:
+                    side.chmod(PRIVATE_FILE_MODE)
+        return
+    try:
+        os.fchmod(fd, PRIVATE_FILE_MODE)  # os.open's mode is filtered by the umask
+    finally:
+        os.close(fd)
+
+
+def make_private_dir(path: Path) -> None:
+    """Create a directory (and missing parents) owner-only (0700), whatever the umask. An
+    existing directory keeps its mode: the operator chose it."""
+    if path.is_dir():
+        return
+    path.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
+    path.chmod(PRIVATE_DIR_MODE)  # mkdir's mode is filtered by the umask
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -152,6 +188,10 @@ class SqliteLaneStore:
                 raise
 
     def _open_once(self) -> None:
+        try:
+            make_private_file(self.path)  # SQLite gives the -wal and -shm files the same mode
+        except OSError as exc:
+            raise StoreError(f"cannot open lane store for {self.lane}") from exc
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
         self._db = db  # set first, so a failure below closes it
         db.row_factory = sqlite3.Row
@@ -456,18 +496,20 @@ class SqliteLaneStore:
     def backup_to(self, dest: Path) -> None:
         """A consistent online copy through SQLite's backup API."""
         try:
+            make_private_file(dest)
             target = sqlite3.connect(dest)
             try:
                 self.db.backup(target)
             finally:
                 target.close()
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot back up lane store for {self.lane}") from exc
 
 
 def copy_lane_file(src: Path, dest: Path) -> None:
     """A consistent copy of a lane file (raw, no migrations applied) via the backup API."""
     try:
+        make_private_file(dest)
         s = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
         d = sqlite3.connect(dest)
         try:
@@ -475,7 +517,7 @@ def copy_lane_file(src: Path, dest: Path) -> None:
         finally:
             s.close()
             d.close()
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, OSError) as exc:
         raise StoreError(f"cannot copy lane file {src.name}") from exc
 
 

@@ -18,6 +18,7 @@ ERROR_CODES = {
     "not-owner": 403,
     "not-holder": 403,
     "not-found": 404,
+    "method-not-allowed": 405,
     "ticket-not-held": 409,
     "receipt-conflict": 409,
     "payload-too-large": 413,

@@ -69,6 +69,38 @@ async def test_a_longer_report_replaces_a_shorter_one_never_the_reverse(server: 
     assert st["pause"]["until"] == t0 + 610
 
 
+async def test_an_extension_keeps_the_pause_start_and_records_when_it_was_extended(
+    server: Running,
+) -> None:
+    a = await _tid(server, lane=DUO, prompt="a")
+    b = await _tid(server, lane=DUO, prompt="b", machine="mB", claim="cB")
+    t0 = server.clock.now()
+    started = await server.ok("cooldown", _cd(DUO, a, 300))
+    server.clock.advance(10)
+    longer = await server.ok("cooldown", _cd(DUO, b, 600, "mB", "cB"))
+    assert longer["extended"] is True
+    # the lane has been paused since t0: the extension moves `until`, never `startedAt`
+    assert longer["pause"]["startedAt"] == started["pause"]["startedAt"] == t0
+    assert longer["pause"]["until"] == t0 + 610 and longer["pause"]["ticketId"] == b
+    st = await server.ok("status", {"lane": DUO})
+    assert st["pause"] == longer["pause"]
+    inc = (await server.get("/v1/incidents", params={"lane": DUO}))["incidents"]
+    assert [i["kind"] for i in inc] == ["provider-cooldown-extended", "provider-cooldown-started"]
+    ext = inc[0]
+    assert ext["at"] == t0 + 10 and ext["ticketId"] == b and ext["machineId"] == "mB"
+    assert ext["detail"]["extendedAt"] == t0 + 10
+    assert ext["detail"]["until"] == t0 + 610
+    assert ext["detail"]["previousUntil"] == t0 + 300
+    assert ext["detail"]["startedAt"] == t0
+    # when it ends, the pause lasted from its first start
+    server.clock.set(t0 + 610)
+    st = await server.ok("status", {"lane": DUO})
+    assert st["pause"] is None
+    inc = (await server.get("/v1/incidents", params={"lane": DUO}))["incidents"]
+    assert inc[0]["kind"] == "provider-cooldown-ended"
+    assert inc[0]["at"] == t0 + 610 and inc[0]["detail"]["startedAt"] == t0
+
+
 async def test_while_paused_acquire_queues_with_the_pause_and_an_eta_including_it(
     server: Running,
 ) -> None:

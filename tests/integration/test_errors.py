@@ -22,6 +22,7 @@ GETS = (
     "/v1/incidents",
     "/v1/machines",
     "/v1/evidence?lane=solo:main",
+    "/v1/overview",
     "/v1/dashboard",
 )
 
@@ -279,9 +280,18 @@ async def test_unknown_path_and_wrong_method(server: Running) -> None:
     r = await server.get("/v1/nothing-here")
     assert_error(r, 404, "not-found")
     r = await server.get("/v1/lanes/acquire")
-    assert_error(r, 400, "bad-request", "method")
+    assert_error(r, 405, "method-not-allowed", "method")
     assert r.headers["Allow"] == "POST"
     assert "Traceback" not in r.text
+    for method, path, allow in (
+        ("PUT", "/v1/lanes/status", "POST"),
+        ("DELETE", "/v1/lanes/receipt", "POST"),
+        ("POST", "/v1/lanes", "GET, HEAD"),
+        ("POST", "/healthz", "GET, HEAD"),
+    ):
+        r = await server.request(method, path)
+        assert_error(r, 405, "method-not-allowed", method)
+        assert r.headers["Allow"] == allow, (method, path, r.headers)
 
 
 async def test_v1_errors_carry_the_coordinator_kind(server: Running) -> None:

@@ -22,7 +22,7 @@ from http_kit import (
 if TYPE_CHECKING:
     from conftest import Running
 
-VECTORS = Path(__file__).with_name("jcs_vectors")
+VECTORS = Path(__file__).resolve().parents[1] / "data" / "jcs_vectors"
 
 
 async def _held(server: Running, lane: str = SOLO, **kw: Any) -> str:
@@ -85,11 +85,35 @@ async def test_liveness_is_not_required(server: Running) -> None:
     await server.ok("release", ticket_body(SOLO, tid, outcome="completed"))
     r = await server.op("receipt", receipt_body(SOLO, tid, phase="provider-terminal"))
     assert r.status == 201, r.text
-    # and a queued ticket's machine may write too
-    q = await _held(server, machine="mQ", claim="cQ", prompt="q")
-    q2 = await _held(server, machine="mQ2", claim="cQ2", prompt="q2")
-    r = await server.op("receipt", receipt_body(SOLO, q2, machine="mQ2", claim="cQ2"))
-    assert r.status == 201, (q, r.text)
+    # ...and an expired one (it held the slot) may still get its evidence written
+    e = await _held(server, machine="mE", claim="cE", prompt="e", leaseSeconds=15)
+    server.clock.advance(15)
+    st = await server.ok("status", {"lane": SOLO})
+    assert e not in {t["ticketId"] for t in st["held"]}
+    r = await server.op("receipt", receipt_body(SOLO, e, machine="mE", claim="cE"))
+    assert r.status == 201, r.text
+
+
+async def test_a_ticket_that_never_held_the_slot_takes_no_receipt(server: Running) -> None:
+    """A receipt is evidence of a lease: only a ticket that is or was held (heldAt set)."""
+    holder = await _held(server)
+    q = await _held(server, machine="mQ", claim="cQ", prompt="q")  # queued behind holder
+    for phase in PHASES:
+        r = await server.op("receipt", receipt_body(SOLO, q, phase, machine="mQ", claim="cQ"))
+        assert_error(r, 403, "not-holder", "never held")
+    # released while still queued: done, never held
+    await server.ok("release", ticket_body(SOLO, q, "mQ", "cQ", outcome="abandoned"))
+    r = await server.op("receipt", receipt_body(SOLO, q, machine="mQ", claim="cQ"))
+    assert_error(r, 403, "not-holder", "never held")
+    st = await server.ok("status", {"lane": SOLO, "includeReceipts": True})
+    assert st["recentReceipts"] == []
+    # once granted, the same owner's write is stored
+    w = await _held(server, machine="mW", claim="cW", prompt="w")
+    r = await server.op("receipt", receipt_body(SOLO, w, machine="mW", claim="cW"))
+    assert_error(r, 403, "not-holder")
+    await server.ok("release", ticket_body(SOLO, holder, outcome="completed"))
+    r = await server.op("receipt", receipt_body(SOLO, w, machine="mW", claim="cW"))
+    assert r.status == 201, r.text
 
 
 @pytest.mark.parametrize(

@@ -10,10 +10,11 @@ from conftest import Running
 from openapi_spec_validator import validate
 
 from coordinator.http import schemas as S
+from coordinator.http.openapi import Overview
 
 SPEC_ERROR_CODES = {
     "bad-request", "unsupported-protocol", "unauthorized", "not-owner", "not-holder",
-    "not-found", "ticket-not-held", "receipt-conflict", "payload-too-large",
+    "not-found", "method-not-allowed", "ticket-not-held", "receipt-conflict", "payload-too-large",
     "unsupported-media-type", "unavailable",
 }  # fmt: skip
 
@@ -133,3 +134,43 @@ async def test_documented_security_is_enforced(server: Running) -> None:
             assert "401" in op["responses"]
             error = op["responses"]["401"]["content"]["application/json"]["schema"]
             assert error == {"$ref": "#/components/schemas/ErrorBody"}
+
+
+async def test_overview_reply_is_exactly_its_documented_schema(server: Running) -> None:
+    """A real GET /v1/overview reply, with every list non-empty, decodes strictly (no field
+    the document lacks, every documented type) into the schema the document publishes."""
+    base = {"protocolVersion": 1, "lane": "solo:main", "machineId": "mA", "claimId": "cA"}
+    ids = {"project": "p", "scene": "s"}
+    done = (await server.op("acquire", {**base, **ids, "promptHash": "h0"})).body["ticket"]
+    await server.op("release", {**base, "ticketId": done["ticketId"], "outcome": "completed"})
+    held = (await server.op("acquire", {**base, **ids, "promptHash": "h1"})).body["ticket"]
+    await server.op("acquire", {**base, **ids, "promptHash": "h2", "machineId": "mB"})
+    tid = held["ticketId"]
+    body = {**base, "ticketId": tid, "reasonCode": "provider-human-check"}
+    await server.op("cooldown", {**body, "retryAfterSeconds": 60})
+    bad = "sha256:" + "0" * 64
+    receipt = {**base, "ticketId": tid, "phase": "lease-acquired", "payload": {}}
+    receipt["receiptId"] = f"{tid}:lease-acquired:{'0' * 16}"
+    r = await server.op("receipt", {**receipt, "contentHash": bad})
+    assert r.status == 201, r.text
+
+    doc = await fetch_doc(server)
+    op = doc["paths"]["/v1/overview"]["get"]
+    ref = op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    assert ref == "#/components/schemas/Overview"
+    assert {p["name"] for p in op["parameters"]} == {
+        "history", "queued", "receipts", "incidents", "lane", "project", "limit",
+    }  # fmt: skip
+    _, generated = msgspec.json.schema_components(
+        [Overview], ref_template="#/components/schemas/{name}"
+    )
+    for name, schema in generated.items():
+        assert doc["components"]["schemas"][name] == schema, name
+
+    r = await server.get("/v1/overview", params={"lane": "solo:main"})
+    assert r.status == 200, r.text
+    reply = msgspec.json.decode(r.text.encode(), type=Overview)
+    [lane] = reply.lanes
+    assert lane.held and lane.queued and lane.pause and lane.history.entries
+    assert lane.recent_receipts and lane.receipt_mismatches and lane.projects == ["p"]
+    assert reply.incidents and reply.machines and reply.log.entries

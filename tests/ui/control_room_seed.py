@@ -307,3 +307,29 @@ def seed(base: str, token: str) -> Seeded:
         short_ticket=short,
         history_by_project=by_project,
     )
+
+
+def many_lane_name(i: int) -> str:
+    return f"probe:acct-{i:02d}"
+
+
+def many_lane_projects(i: int) -> tuple[str, str]:
+    """Each lane's own two projects: no project is shared between lanes."""
+    return f"proj-{i:02d}-finished", f"proj-{i:02d}-running"
+
+
+def seed_many_lanes(base: str, token: str, n: int) -> list[str]:
+    """`n` enforced lanes (route `probe`, capacity 1), each with its own two projects: a
+    finished render (history), a holder with a receipt, and a waiter."""
+    api = Api(base, token)
+    lanes = []
+    for i in range(1, n + 1):
+        lane = many_lane_name(i)
+        done_p, live_p = many_lane_projects(i)
+        t = api.acquire(lane, f"rig-{i % 7}", done_p, "s01")["ticket"]
+        api.release(lane, t, "completed", providerJobId=f"job-{i}")
+        held = api.acquire(lane, f"rig-{i % 7}", live_p, "s02", lease=3600)["ticket"]
+        api.receipt(lane, held, "lease-acquired", {"fence": held["fence"]})
+        api.acquire(lane, f"rig-{(i + 1) % 7}", live_p, "s03")
+        lanes.append(lane)
+    return lanes

@@ -137,6 +137,23 @@ def test_range_bounds_are_inclusive(key: str, value: int) -> None:
     assert getattr(cfg, key) == value
 
 
+@pytest.mark.parametrize("value", [10, 20, 60, 89, 89.9])
+def test_waiter_timeout_shorter_than_the_longest_await_is_refused(value: float) -> None:
+    """A parked await is the waiter's keep-alive: a timeout under the longest await (60 s)
+    plus the margin would abandon a waiter in the middle of its poll."""
+    assert C.MIN_WAITER_TIMEOUT_SECONDS == C.MAX_AWAIT_SECONDS + C.WAITER_TIMEOUT_MARGIN_SECONDS
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"waiter_timeout_seconds": value})
+    msg = str(exc.value)
+    assert "waiter_timeout_seconds" in msg and "at least 90" in msg, msg
+    assert "await" in msg and "\n" not in msg, msg
+
+
+def test_waiter_timeout_floor_is_inclusive() -> None:
+    assert parse_config({"waiter_timeout_seconds": 90}).waiter_timeout_seconds == 90.0
+    assert parse_config({"waiter_timeout_seconds": 86400}).waiter_timeout_seconds == 86400.0
+
+
 def test_unknown_top_level_key_is_named() -> None:
     with pytest.raises(ConfigError) as exc:
         toml("default_lease = 300\nhistory_retained = 10")

@@ -1,8 +1,12 @@
 /* Lane control room — a read-only view of the coordinator (SPEC §4.9).
  *
  * Rules this file keeps:
- * - It calls read endpoints only: GET /v1/lanes, /v1/incidents, /v1/machines, /v1/evidence,
- *   POST /v1/lanes/status (includeReceipts) and POST /v1/lanes/history. Nothing else.
+ * - It calls read endpoints only: GET /v1/lanes (to check a pasted token), GET /v1/overview
+ *   and GET /v1/evidence. Nothing else.
+ * - A refresh costs a fixed number of requests whatever the number of lanes: one
+ *   /v1/overview (every lane's status, recent render log, receipts and projects, the
+ *   incidents, the machines and the chosen render log, each bounded) and one /v1/evidence
+ *   (the selected lane and ticket).
  * - The bearer token lives in this tab's sessionStorage only, goes only into the
  *   Authorization header of same-origin requests, never into a URL.
  * - Every string from the server reaches the page through textContent (the h()/s() builders
@@ -17,7 +21,13 @@
   const REFRESH_MS = 2500;
   const STALE_AFTER_MS = 9000;
   const FETCH_TIMEOUT_MS = 8000;
-  const HISTORY_LIMIT = 500;
+  const HISTORY_PER_LANE = 50; // render-log rows per lane for the timeline
+  const QUEUED_PER_LANE = 50; // waiters listed per lane card (the card says how many more)
+  // rows of the render log: of one chosen lane (one read), or newest of every lane (a read
+  // of that many rows per lane on the server, so fewer)
+  const LOG_LIMIT_LANE = 500;
+  const LOG_LIMIT_ALL = 100;
+  const logLimitFor = (logLane) => (logLane ? LOG_LIMIT_LANE : LOG_LIMIT_ALL);
   const INCIDENTS_LIMIT = 200;
   const ONLINE_SECONDS = 180;
   const RECEIPTS_SHOWN = 6;
@@ -61,7 +71,6 @@
     data: null,
     sigs: {},
     logLimit: 25,
-    receiptsOpen: new Set(), // lanes whose full receipt list is shown
     windowSec: 10800,
     evidenceLane: '',
     evidenceTicket: '',
@@ -298,16 +307,15 @@
   }
 
   const getLanes = () => api('GET', '/v1/lanes');
-  const getMachines = () => api('GET', '/v1/machines');
-  const getIncidents = (lane) =>
-    api('GET', `/v1/incidents?lane=${encodeURIComponent(lane)}&limit=${INCIDENTS_LIMIT}`);
+  /** The whole refresh in one read: its size is bounded, its count is one, for any lane count. */
+  const getOverview = (logLane, project) =>
+    api('GET', `/v1/overview?history=${HISTORY_PER_LANE}&queued=${QUEUED_PER_LANE}` +
+      `&receipts=${RECEIPTS_SHOWN}&incidents=${INCIDENTS_LIMIT}&limit=${logLimitFor(logLane)}` +
+      (logLane ? `&lane=${encodeURIComponent(logLane)}` : '') +
+      (project ? `&project=${encodeURIComponent(project)}` : ''));
   const getEvidence = (lane, ticket) =>
     api('GET', `/v1/evidence?lane=${encodeURIComponent(lane)}` +
       (ticket ? `&ticketId=${encodeURIComponent(ticket)}` : ''));
-  const postStatus = (lane) => api('POST', '/v1/lanes/status', { lane, includeReceipts: true });
-  const postHistory = (lane, project) =>
-    api('POST', '/v1/lanes/history',
-      project ? { lane, limit: HISTORY_LIMIT, project } : { lane, limit: HISTORY_LIMIT });
 
   // ------------------------------------------------------------------ unlock / lock
 
@@ -421,36 +429,36 @@
     if (!state.token) return;
     const gen = state.generation;
     state.running = true;
+    const logLane = $('log-lane').value;
     const project = $('log-project').value;
     const evLane = state.evidenceLane;
     const evTicket = state.evidenceTicket;
     try {
       const sent = Date.now();
-      const lanesR = await getLanes();
+      const ov = await getOverview(logLane, project);
       const got = Date.now();
-      const lanes = Array.isArray(lanesR.lanes) ? lanesR.lanes : [];
+      const lanes = Array.isArray(ov.lanes) ? ov.lanes : [];
       const enforced = lanes.filter((l) => l.enforced).map((l) => l.lane);
       const evidenceLane = enforced.includes(evLane) ? evLane : enforced[0] || '';
-      const [machinesR, perLane, evidenceR] = await Promise.all([
-        getMachines(),
-        Promise.all(enforced.map(async (lane) => {
-          const [status, history, incidents, filtered] = await Promise.all([
-            postStatus(lane), postHistory(lane), getIncidents(lane),
-            project ? postHistory(lane, project) : null,
-          ]);
-          return { lane, status, history, incidents, filtered };
-        })),
-        evidenceLane ? getEvidence(evidenceLane, evLane === evidenceLane ? evTicket : '') : null,
-      ]);
+      const evidenceR = evidenceLane
+        ? await getEvidence(evidenceLane, evLane === evidenceLane ? evTicket : '') : null;
       if (gen !== state.generation) return;
-      state.offset = lanesR.now - (sent + got) / 2000;
+      state.offset = ov.now - (sent + got) / 2000;
+      const incidents = Array.isArray(ov.incidents) ? ov.incidents : [];
+      const limits = ov.limits || {};
       const byLane = {};
-      for (const x of perLane) byLane[x.lane] = x;
+      for (const l of lanes) {
+        byLane[l.lane] = {
+          status: l, history: l.history || { entries: [], retained: 0 },
+          historyLimit: limits.history ?? HISTORY_PER_LANE,
+          incidents: incidents.filter((i) => i.lane === l.lane),
+        };
+      }
       state.data = {
-        lanes, enforced, byLane, machines: machinesR.machines || [],
-        project, evidence: evidenceR,
+        lanes, enforced, byLane, incidents, machines: ov.machines || [],
+        log: ov.log || null, evidence: evidenceR,
         evidenceFor: { lane: evidenceLane, ticket: evLane === evidenceLane ? evTicket : '' },
-        coordinator: lanesR.coordinator,
+        coordinator: ov.coordinator,
       };
       if (evidenceLane !== evLane && state.evidenceLane === evLane) {
         // the chosen lane is gone (or none was chosen yet): fall back to the first lane
@@ -554,17 +562,25 @@
     sel.value = want.includes(current) ? current : '';
   }
 
-  function renderFilters(d) {
-    setOptions($('log-lane'), d.enforced, 'all lanes');
+  /** The projects the render-log filter offers: the chosen lane's own, or every lane's. */
+  function logProjects(d, laneF) {
     const projects = new Set();
-    for (const lane of d.enforced) {
+    for (const lane of laneF ? [laneF] : d.enforced) {
       const x = d.byLane[lane];
-      for (const e of x.history.entries || []) projects.add(e.project);
-      for (const t of [...(x.status.held || []), ...(x.status.queued || [])]) projects.add(t.project);
+      if (!x) continue;
+      for (const p of x.status.projects || []) projects.add(p);
     }
-    const cur = $('log-project').value;
-    if (cur) projects.add(cur);
-    setOptions($('log-project'), [...projects].sort(), 'all projects');
+    return [...projects].sort();
+  }
+
+  function renderFilters(d) {
+    const laneSel = $('log-lane');
+    const projectSel = $('log-project');
+    const before = [laneSel.value, projectSel.value];
+    setOptions(laneSel, d.enforced, 'all lanes');
+    setOptions(projectSel, logProjects(d, laneSel.value), 'all projects');
+    // a filter fell back to "all" (its lane is gone, or the project is not the lane's): read again
+    if (laneSel.value !== before[0] || projectSel.value !== before[1]) refreshNow();
     const evSel = $('evidence-lane');
     const evWant = d.enforced;
     const evHave = Array.from(evSel.options).map((o) => o.value);
@@ -574,10 +590,22 @@
     if (evSel.value !== state.evidenceLane) evSel.value = state.evidenceLane;
   }
 
+  /** The lane's newest receipts and every mismatch among its recent ones, newest first. */
+  function laneReceipts(st) {
+    const seen = new Set();
+    const out = [];
+    for (const r of [...(st.recentReceipts || []), ...(st.receiptMismatches || [])]) {
+      if (seen.has(r.receiptId)) continue;
+      seen.add(r.receiptId);
+      out.push(r);
+    }
+    return out.sort((a, b) => b.createdAt - a.createdAt);
+  }
+
   function allReceipts(d) {
     const out = [];
     for (const lane of d.enforced) {
-      for (const r of d.byLane[lane].status.recentReceipts || []) out.push({ lane, ...r });
+      for (const r of laneReceipts(d.byLane[lane].status)) out.push({ lane, ...r });
     }
     return out;
   }
@@ -693,27 +721,17 @@
 
   // ---- render log
 
+  /** The render log the overview read for the current filters; null while it is on its way. */
   function logScope(d) {
     const laneF = $('log-lane').value;
     const project = $('log-project').value;
-    const lanes = laneF ? [laneF] : d.enforced;
-    if (project && d.project !== project) return null; // the filtered read is on its way
-    const entries = [];
-    const counts = {};
-    let retained = 0;
-    let fetched = 0;
-    for (const lane of lanes) {
-      const x = d.byLane[lane];
-      if (!x) continue;
-      const hist = project ? x.filtered : x.history;
-      if (!hist) return null;
-      for (const e of hist.entries || []) entries.push({ lane, ...e });
-      for (const [k, v] of Object.entries(hist.counts || {})) counts[k] = (counts[k] || 0) + v;
-      retained += hist.retained || 0;
-      fetched += (hist.entries || []).length;
-    }
-    entries.sort((a, b) => (b.endedAt || 0) - (a.endedAt || 0));
-    return { entries, counts, retained, fetched, laneF, project };
+    const log = d.log;
+    if (!log || (log.lane || '') !== laneF || (log.project || '') !== project) return null;
+    const entries = log.entries || [];
+    return {
+      entries, counts: log.counts || {}, retained: log.retained || 0, fetched: entries.length,
+      laneF, project,
+    };
   }
 
   function renderLog(d) {
@@ -752,7 +770,8 @@
       const n = scope.entries.length;
       $('log-shown').textContent = n
         ? `Showing ${Math.min(n, state.logLimit)} of ${n}` +
-          (scope.retained > scope.fetched ? ` (newest ${scope.fetched} of ${scope.retained} kept)` : '')
+          (scope.fetched >= logLimitFor(scope.laneF) && scope.retained > scope.fetched
+            ? ` (the newest ${scope.fetched} read; ${scope.retained} kept)` : '')
         : '';
       more.hidden = n <= state.logLimit;
     } else {
@@ -764,8 +783,8 @@
   // ---- receipts
 
   function renderReceipts(d) {
-    const inputs = [[...state.receiptsOpen], d.enforced.map((l) => [l,
-      (d.byLane[l].status.recentReceipts || []).map((r) => [r.receiptId, r.contentHashVerified])])];
+    const inputs = d.enforced.map((l) => [l,
+      laneReceipts(d.byLane[l].status).map((r) => [r.receiptId, r.contentHashVerified])]);
     patch('receipts', inputs, () => {
       const out = [];
       const headers = ['Recorded', 'Phase', 'Machine · ticket', 'Hash', 'Verdict'];
@@ -780,7 +799,7 @@
           unchecked ? ` ${unchecked} were stored before hashes were checked.` : ''));
       }
       for (const lane of d.enforced) {
-        const recs = d.byLane[lane].status.recentReceipts || [];
+        const recs = laneReceipts(d.byLane[lane].status);
         const bad = recs.filter((r) => r.contentHashVerified === false).length;
         out.push(h('h3', { class: 'sub' }, laneName(lane),
           h('span', { class: 'muted small' }, ` — ${recs.length} recent`),
@@ -789,10 +808,8 @@
           out.push(empty('No receipts recorded in this lane yet.'));
           continue;
         }
-        const open = state.receiptsOpen.has(lane);
-        // the newest few, and every mismatch whatever its age
-        const shown = open ? recs : recs.filter((r, i) => i < RECEIPTS_SHOWN || r.contentHashVerified === false);
-        out.push(h('div', { class: 'table-wrap' }, table(headers, shown.map((r) => row(headers, [
+        // the newest few, and every mismatch among the lane's recent receipts
+        out.push(h('div', { class: 'table-wrap' }, table(headers, recs.map((r) => row(headers, [
           whenCell(r.createdAt), h('span', { class: 'phase' }, r.phase),
           h('span', { class: 'stack' }, h('strong', null, r.machineId), ticketLink(lane, r.ticketId)),
           h('span', { class: 'mono hash', title: r.contentHash }, shortHash(r.contentHash)),
@@ -801,18 +818,13 @@
           class: r.contentHashVerified === false ? 'receipt-row row-bad' : 'receipt-row',
           'data-verified': String(r.contentHashVerified),
         })), 'tbl-receipts')));
-        if (recs.length > RECEIPTS_SHOWN) {
-          out.push(h('button', {
-            type: 'button', class: 'btn btn-small more-receipts',
-            onclick: () => {
-              if (open) state.receiptsOpen.delete(lane);
-              else state.receiptsOpen.add(lane);
-              renderReceipts(state.data);
-            },
-          }, open ? 'Show fewer' : `Show all ${recs.length}`));
-        }
       }
       if (!d.enforced.length) out.push(empty('No enforced lanes, so no receipts.'));
+      else {
+        out.push(h('p', { class: 'muted small' }, `The newest ${RECEIPTS_SHOWN} receipts of each ` +
+          'lane, and every hash mismatch among its recent ones. A ticket\'s own receipts: click ' +
+          'its id (Evidence).'));
+      }
       return out;
     });
   }
@@ -826,10 +838,7 @@
   // ---- incidents
 
   function mergedIncidents(d) {
-    const all = [];
-    for (const lane of d.enforced) all.push(...(d.byLane[lane].incidents.incidents || []));
-    all.sort((a, b) => b.at - a.at || b.id - a.id);
-    return all;
+    return d.incidents; // every lane's, newest first (the overview merged them)
   }
 
   function incidentDetail(i) {
@@ -1052,11 +1061,11 @@
     let first = now;
     for (const e of entries) first = Math.min(first, e.enqueuedAt ?? e.heldAt ?? now);
     for (const t of [...(st.held || []), ...(st.queued || [])]) first = Math.min(first, t.enqueuedAt);
-    if (entries.length >= HISTORY_LIMIT) {
+    if (entries.length >= x.historyLimit) {
       first = entries.reduce((m, e) => Math.min(m, e.heldAt ?? e.endedAt ?? now), now);
     }
     const knownFrom = Math.min(now, Math.max(ws, first));
-    const pauses = pauseIntervals(x.incidents.incidents || [], st.pause, now)
+    const pauses = pauseIntervals(x.incidents, st.pause, now)
       .map(([a, b]) => [Math.max(a, ws), Math.min(b, now)]).filter(([a, b]) => b > a);
     // idle gaps per slot row
     let busy = 0;
@@ -1096,7 +1105,7 @@
     const inputs = [width, state.windowSec, Math.floor(now / 5), d.enforced.map((l) => {
       const x = d.byLane[l];
       return [l, x.status.held.map((t) => t.ticketId), (x.history.entries || []).length,
-        (x.history.entries || [])[0]?.ticketId, (x.incidents.incidents || []).length, x.status.pause];
+        (x.history.entries || [])[0]?.ticketId, x.incidents.length, x.status.pause];
     })];
     if (force) delete state.sigs.timeline;
     patch('timeline-legend', ['legend'], legend);
@@ -1236,7 +1245,12 @@
     });
     $('log-lane').addEventListener('change', () => {
       state.logLimit = 25;
-      if (state.data) renderLog(state.data);
+      if (state.data) {
+        // offer only the chosen lane's projects at once (a project of another lane resets)
+        setOptions($('log-project'), logProjects(state.data, $('log-lane').value), 'all projects');
+        renderLog(state.data);
+      }
+      refreshNow();
     });
     $('log-more').addEventListener('click', () => {
       state.logLimit += 50;
