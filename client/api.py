@@ -53,6 +53,8 @@ from coordinator.errors import LaneError
 
 PROTOCOL_VERSION = 1
 SHARED_KIND = "actor-sqlite"
+# Every kind a shared coordinator reports: one server on SQLite, replicas on PostgreSQL.
+SHARED_KINDS = frozenset({SHARED_KIND, "actor-postgres"})
 LOCAL_KIND = "local-sqlite"
 DEFAULT_TIMEOUT_SECONDS = 10.0
 DEFAULT_COOLDOWN_REASON = "provider-human-check"
@@ -186,9 +188,10 @@ def receipt_fields(
 
 def check_lane_reply_kind(data: dict[str, Any], required: bool, url: str) -> None:
     kind = data.get("coordinator")
-    if required and kind != SHARED_KIND:
+    if required and kind not in SHARED_KINDS:
         raise PreProviderError(
-            f"the coordinator at {url} reports coordinator={kind!r}, not {SHARED_KIND!r}: "
+            f"the coordinator at {url} reports coordinator={kind!r}, "
+            f"not one of {sorted(SHARED_KINDS)}: "
             "it is not the shared coordinator"
         )
 
@@ -371,7 +374,7 @@ class LaneClient:
                 ) from None
             raise self._fail(
                 MalformedReplyError(
-                    status=status, message=f"{what}: HTTP {status} without a SPEC error body"
+                    status=status, message=f"{what}: HTTP {status} without an error body"
                 )
             ) from None
         if status not in (200, 201) or not isinstance(decoded, dict):
@@ -596,6 +599,7 @@ __all__ = [
     "LOCAL_KIND",
     "PROTOCOL_VERSION",
     "SHARED_KIND",
+    "SHARED_KINDS",
     "LaneBackend",
     "LaneClient",
     "parse_status",

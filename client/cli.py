@@ -2,7 +2,8 @@
 
 Data goes to stdout (a readable table, or JSON with --json); messages and progress go to
 stderr. Exit codes: 0 ok, 1 any other failure (including a ticket-level "no"), 2 usage
-error, 3 pre-provider error (fail-closed: nothing may be submitted to the provider).
+error, 3 pre-provider error (fail-closed: nothing may be submitted to the provider); 141,
+quietly, when the reader of stdout went away (`lane history --json | head -1`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import contextlib
 import getpass
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -60,6 +62,7 @@ from coordinator.errors import LaneError
 from coordinator.names import MACHINE_RE, parse_lane
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_PRE_PROVIDER = 0, 1, 2, 3
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of stdout went away (`lane ... | head -1`)
 PHASES = tuple(p.value for p in ReceiptPhase)
 CLIPBOARD_TOOLS: tuple[tuple[str, ...], ...] = (
     ("wl-copy",),
@@ -68,6 +71,7 @@ CLIPBOARD_TOOLS: tuple[tuple[str, ...], ...] = (
     ("pbcopy",),
 )
 DEFAULT_TRACE_INTERVAL = 30.0
+TRACE_PROJECT = TRACE_PROMPT_HASH = "lane-trace"  # trace's request identity (scene: its claim)
 SETUP_CHECK_LANE = "setup:check"
 
 T = TypeVar("T")
@@ -248,7 +252,32 @@ def history_text(r: HistoryReply) -> str:
 # ---------------------------------------------------------------------------- parser
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Each option's help ends with its parsed default when it has one — `(default: 30)`,
+    a flag's `(default: off)`. A default that comes from the environment (parsed default
+    None) is spelled out in the help text itself."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        d = action.default
+        if not action.option_strings or d is None or d is argparse.SUPPRESS:
+            return text
+        if "%(default)" in text:
+            return text
+        if isinstance(d, bool):
+            shown = "on" if d else "off"
+        elif isinstance(d, float):
+            shown = f"{d:g}"
+        else:
+            shown = str(d)
+        return f"{text} (default: {shown.replace('%', '%%')})"
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
@@ -271,7 +300,11 @@ def _common() -> _Parser:
     g.add_argument("--route", help="the route (account from --account or LANE_ACCOUNT)")
     g.add_argument("--account", help="the account (default: LANE_ACCOUNT)")
     g.add_argument("--json", action="store_true", help="JSON on stdout")
-    g.add_argument("--timeout", type=_positive, help="per-call timeout, seconds (default 10)")
+    g.add_argument(
+        "--timeout",
+        type=_positive,
+        help="per-call timeout, seconds (default: LANE_TIMEOUT_SECONDS, else 10)",
+    )
     g.add_argument("--claim", help="claim id to send (default: LANE_CLAIM; none for hand calls)")
     return p
 
@@ -281,10 +314,27 @@ def _ticket_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _identity_args(p: argparse.ArgumentParser, required: bool) -> None:
-    p.add_argument("--project", required=required)
-    p.add_argument("--scene", required=required)
-    p.add_argument("--prompt-hash", required=required)
-    p.add_argument("--lease-seconds", type=float, help="15-3600 (default: coordinator's)")
+    """The request identity: required for acquire; trace (not required) has its own."""
+    p.add_argument(
+        "--project",
+        required=required,
+        default=None if required else TRACE_PROJECT,
+        help="the request's project",
+    )
+    p.add_argument(
+        "--scene",
+        required=required,
+        help="the request's scene" + ("" if required else " (default: trace-<claim>)"),
+    )
+    p.add_argument(
+        "--prompt-hash",
+        required=required,
+        default=None if required else TRACE_PROMPT_HASH,
+        help="a hash of the prompt (never the prompt itself)",
+    )
+    p.add_argument(
+        "--lease-seconds", type=float, help="lease length, 15-3600 s (default: the coordinator's)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -309,45 +359,52 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("heartbeat", parents=c, help="extend a held lease")
     _ticket_arg(p)
-    p.add_argument("--lease-seconds", type=float)
+    p.add_argument(
+        "--lease-seconds",
+        type=float,
+        help="new lease length from now, 15-3600 s (default: the coordinator's)",
+    )
 
     p = sub.add_parser("release", parents=c, help="finish a ticket")
     _ticket_arg(p)
-    p.add_argument("--outcome", choices=RELEASE_OUTCOMES)
+    p.add_argument("--outcome", choices=RELEASE_OUTCOMES,
+                   help="how the ticket ended (default: none, recorded as null)")  # fmt: skip
     p.add_argument("--provider-job", help="the provider's job id (<=256)")
     p.add_argument("--note", help="a short note (<=500)")
 
     p = sub.add_parser("receipt", parents=c, help="append an immutable receipt")
     _ticket_arg(p)
-    p.add_argument("--phase", required=True, choices=PHASES)
+    p.add_argument("--phase", required=True, choices=PHASES, help="the receipt's phase")
     p.add_argument("--payload-file", required=True, help="JSON object file, or - for stdin")
     p.add_argument("--content-hash", help="override sha256:<hex> (a mismatch is flagged)")
 
     p = sub.add_parser("cooldown", parents=c, help="pause the lane (provider human check)")
     _ticket_arg(p)
-    p.add_argument("--reason", default="provider-human-check", choices=["provider-human-check"])
-    p.add_argument(
-        "--retry-after", type=float, help="30-7200 s (default LANE_HUMAN_CHECK_COOLDOWN_SECONDS)"
-    )
+    p.add_argument("--reason", default="provider-human-check", choices=["provider-human-check"],
+                   help="why the lane pauses")  # fmt: skip
+    p.add_argument("--retry-after", type=float,
+                   help="pause length, 30-7200 s "
+                   "(default: LANE_HUMAN_CHECK_COOLDOWN_SECONDS, else 900)")  # fmt: skip
 
     p = sub.add_parser("history", parents=c, help="the render log, newest first")
-    p.add_argument("--limit", type=int, default=100, help="1-5000")
-    p.add_argument("--project")
+    p.add_argument("--limit", type=int, default=100, help="how many entries, 1-5000")
+    p.add_argument("--project", help="only this project's entries (default: every project)")
 
     p = sub.add_parser("trace", parents=c, help="hold a ticket and log every interval")
     _identity_args(p, required=False)
-    p.add_argument("--interval", type=_positive, default=DEFAULT_TRACE_INTERVAL)
+    p.add_argument("--interval", type=_positive, default=DEFAULT_TRACE_INTERVAL,
+                   help="seconds between heartbeats (one log line each)")  # fmt: skip
 
     p = sub.add_parser("self-test", parents=c, help="engine checks on a dedicated test lane")
 
-    p = sub.add_parser("drill", help="the two-computer acceptance drill (SPEC §9)")
+    p = sub.add_parser("drill", help="the two-computer acceptance drill (no provider, no credits)")
     p.add_argument("--role", required=True, choices=["a", "b"], help="this computer's role")
-    p.add_argument("--lane", help=f"the drill lane, route:account (default {DEFAULT_DRILL_LANE})")
-    p.add_argument("--route", help="the drill route (default drill)")
-    p.add_argument("--account", help="the drill account (default acceptance)")
+    p.add_argument("--lane", help=f"the drill lane, route:account (default: {DEFAULT_DRILL_LANE})")
+    p.add_argument("--route", help="the drill route (default: drill)")
+    p.add_argument("--account", help="the drill account (default: acceptance)")
     p.add_argument("--timeout", dest="partner_timeout", type=_positive, metavar="SECONDS",
                    default=DEFAULT_PARTNER_TIMEOUT,
-                   help="seconds to wait for the other role at any step (default 120)")  # fmt: skip
+                   help="seconds to wait for the other role at any step")  # fmt: skip
     p.add_argument("--partition", action="store_true",
                    help="also step 7: B's network is cut mid-lease (cut and restore it when "
                    "the ACTION lines say so; scripts/drill-netns.sh does)")  # fmt: skip
@@ -356,8 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(timeout=None)  # per-call timeout: LANE_TIMEOUT_SECONDS
 
     p = sub.add_parser("setup", parents=c, help="enrol this computer (token + settings)")
-    p.add_argument("url")
-    p.add_argument("machine_id")
+    p.add_argument("url", help="the coordinator's base URL (http:// or https://)")
+    p.add_argument("machine_id", help="this computer's stable, unique name (1-64 of A-Za-z0-9._-)")
     p.add_argument("--not-required", action="store_true", help="do not write LANE_REQUIRED=1")
 
     sub.add_parser("dashboard", parents=c, help="open the control room; token to clipboard")
@@ -649,9 +706,9 @@ async def _until(stop: asyncio.Event, aw: Awaitable[T], timeout: float | None = 
 
 async def cmd_trace(args: argparse.Namespace, settings: Settings, lane: str) -> int:
     claim = settings.claim_id or "no-claim"
-    project = args.project or "lane-trace"
+    project = args.project or TRACE_PROJECT
     scene = args.scene or f"trace-{claim}"[:128]
-    prompt_hash = args.prompt_hash or "lane-trace"
+    prompt_hash = args.prompt_hash or TRACE_PROMPT_HASH
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -668,10 +725,10 @@ async def cmd_trace(args: argparse.Namespace, settings: Settings, lane: str) -> 
     async def run(b: LaneBackend) -> int:
         r = await b.acquire(lane, project, scene, prompt_hash, args.lease_seconds)
         tid = r.ticket_id
-        log("acquire", ticket=tid, state=r.ticket.state, granted=r.granted,
-            position=r.ticket.position, claim=claim)  # fmt: skip
         code = EXIT_OK
-        try:
+        try:  # from here on the ticket is released whatever happens (a closed stdout too)
+            log("acquire", ticket=tid, state=r.ticket.state, granted=r.granted,
+                position=r.ticket.position, claim=claim)  # fmt: skip
             while not stop.is_set():
                 hb = await b.heartbeat(lane, tid, args.lease_seconds)
                 st = await b.status(lane)
@@ -724,6 +781,23 @@ async def cmd_setup(args: argparse.Namespace) -> int:
         say(f"lane: setup: that token is {len(token.encode())} bytes; coordinator tokens are "
             f"at least {MIN_TOKEN_BYTES}")  # fmt: skip
         return EXIT_FAIL
+    # Verify first, write after: a token the coordinator rejects (or a coordinator that cannot
+    # be reached, or is not the shared one) leaves no token, keyring entry or client.env.
+    lane = args.lane or SETUP_CHECK_LANE
+    try:
+        parse_lane(lane)
+    except LaneError as exc:
+        raise UsageError(exc.message) from None
+    client = LaneClient(url, token, args.machine_id, None, timeout=args.timeout or 10.0,
+                        required=True)  # fmt: skip
+    try:
+        st = await client.status(lane)  # an authenticated read; it creates nothing
+    except LaneClientError as exc:
+        say(f"lane: setup check failed: {exc}")
+        say("lane: setup: nothing was written (no token stored, settings unchanged)")
+        return EXIT_PRE_PROVIDER
+    finally:
+        await client.close()
     base = load_settings(mint_claim=False, use_keyring=False)
     cdir = base.config_dir
     backend = keyring_set(url, token)
@@ -748,20 +822,6 @@ async def cmd_setup(args: argparse.Namespace) -> int:
     )
     write_private_file(env_path, text)
     say(f"lane: settings written to {env_path} (mode 0600)")
-    lane = args.lane or SETUP_CHECK_LANE
-    try:
-        parse_lane(lane)
-    except LaneError as exc:
-        raise UsageError(exc.message) from None
-    client = LaneClient(url, token, args.machine_id, None, timeout=args.timeout or 10.0,
-                        required=True)  # fmt: skip
-    try:
-        st = await client.status(lane)
-    except LaneClientError as exc:
-        say(f"lane: setup check failed: {exc}")
-        return EXIT_PRE_PROVIDER
-    finally:
-        await client.close()
     out(f'"coordinator": "{st.coordinator}"')
     say(f"lane: {safe_url(url)} answers as the shared coordinator; this computer is "
         f"{args.machine_id}")  # fmt: skip
@@ -835,6 +895,35 @@ async def dispatch(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `lane` console script. A reader that goes away (`lane history --json | head -1`)
+    ends it quietly with EXIT_BROKEN_PIPE (141, as a shell reports a tool that SIGPIPE
+    ended), never "unexpected error"; cleanup still runs (trace releases its ticket)."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # a closed stdout raises here, not in the interpreter's last flush
+    except BrokenPipeError:
+        _drop_closed_output()
+        return EXIT_BROKEN_PIPE
+
+
+def _drop_closed_output() -> None:
+    """Point stdout (and stderr, when it is closed too) at /dev/null, so the interpreter's
+    final flush cannot raise BrokenPipeError again; what was not written is dropped."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+            try:
+                sys.stderr.flush()
+            except OSError:
+                os.dup2(devnull, sys.stderr.fileno())
+        finally:
+            os.close(devnull)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -856,6 +945,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         say("lane: interrupted")
         return 130
+    except BrokenPipeError:  # stdout's reader went away: main() ends quietly
+        raise
     except Exception as exc:  # never a traceback (it could carry a header or a token)
         say(f"lane: unexpected error: {type(exc).__name__}: {exc}")
         return EXIT_FAIL

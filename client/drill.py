@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from client.api import SHARED_KIND, LaneClient
+from client.api import SHARED_KINDS, LaneClient
 from client.clock import monotonic, wall
 from client.config import Settings
 from client.errors import (
@@ -250,7 +250,7 @@ class Barrier:
 
     async def lookup(self, scenes: set[str], with_history: bool) -> dict[str, Signal]:
         st = await self.client.status(self.lane)
-        _expect(st.coordinator == SHARED_KIND, f"coordinator is {st.coordinator!r}")
+        _expect(st.coordinator in SHARED_KINDS, f"coordinator is {st.coordinator!r}")
         found: dict[str, Signal] = {}
         for t in (*st.held, *st.queued):
             if t.project == self.project and t.scene in scenes:
@@ -472,10 +472,10 @@ class DrillRole:
 
     async def preflight(self) -> str:
         st = await self.client.status(self.lane)
-        if st.coordinator != SHARED_KIND:
+        if st.coordinator not in SHARED_KINDS:
             raise DrillRefusedError(
-                message=f"the coordinator reports {st.coordinator!r}, not {SHARED_KIND!r}: "
-                "the drill needs the shared coordinator"
+                message=f"the coordinator reports {st.coordinator!r}, not a shared kind "
+                f"{sorted(SHARED_KINDS)}: the drill needs the shared coordinator"
             )
         if not st.enforced:
             raise DrillRefusedError(
@@ -494,7 +494,7 @@ class DrillRole:
                 "capacity (same route as the drill lane)"
             )
         await self.sync_clock()
-        return f"{SHARED_KIND}, {self.lane} enforced, capacity 1"
+        return f"{st.coordinator}, {self.lane} enforced, capacity 1"
 
     async def rendezvous(self) -> None:
         me = self.client

@@ -241,7 +241,8 @@ class Turn:
     ) -> None:
         if not backend.claim_id:
             raise ValueError(
-                "a driver needs a claim (SPEC §8): use client.config.connect(load_settings()), "
+                "a driver needs a claim (one per driver process): use "
+                "client.config.connect(load_settings()), "
                 "which mints one per process (LANE_CLAIM)"
             )
         if not lease_seconds > 0:

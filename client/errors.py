@@ -69,6 +69,10 @@ class PayloadTooLargeError(LaneClientError):
     default_code = "payload-too-large"
 
 
+class MethodNotAllowedError(LaneClientError):
+    default_code = "method-not-allowed"
+
+
 class UnsupportedMediaTypeError(LaneClientError):
     default_code = "unsupported-media-type"
 
@@ -136,6 +140,7 @@ BY_CODE: dict[str, type[LaneClientError]] = {
         NotFoundError,
         TicketNotHeldError,
         ReceiptConflictError,
+        MethodNotAllowedError,
         PayloadTooLargeError,
         UnsupportedMediaTypeError,
         UnavailableError,

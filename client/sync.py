@@ -38,6 +38,7 @@ class _LoopThread:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self._ready = threading.Event()
+        self._stopped = False
         self.thread = threading.Thread(target=self._main, name="lane-client-loop", daemon=True)
         self.thread.start()
         self._ready.wait()
@@ -58,7 +59,12 @@ class _LoopThread:
             fut.cancel()
             raise
 
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
     def stop(self) -> None:
+        self._stopped = True
         if self.loop.is_closed():
             return
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -68,7 +74,13 @@ class _LoopThread:
 
 
 class SyncLaneClient:
-    """Blocking wrapper around a `LaneBackend` (a `LaneClient` unless told otherwise)."""
+    """Blocking wrapper around a `LaneBackend` (a `LaneClient` unless told otherwise).
+
+    It has every public method of `LaneClient`, with the same parameters, blocking and
+    returning what the coroutine returns (`with_claim` returns a `SyncLaneClient`);
+    tests/client/test_client_api.py::test_sync_facade_mirrors_lane_client enforces it. The
+    one extra method is `run` (any coroutine on this facade's loop thread).
+    """
 
     def __init__(
         self,
@@ -89,6 +101,7 @@ class SyncLaneClient:
         self._runner = _LoopThread()
         self.backend: LaneBackend = backend
         self._closed = False
+        self._owner = True  # False for a `with_claim` sibling: it shares the loop and session
 
     @classmethod
     def wrap(cls, backend: LaneBackend) -> SyncLaneClient:
@@ -129,9 +142,13 @@ class SyncLaneClient:
         self.close()
 
     def close(self) -> None:
+        """Close the backend and stop the loop thread (a `with_claim` sibling only stops
+        answering: the loop thread and the HTTP session belong to the facade it came from)."""
         if self._closed:
             return
         self._closed = True
+        if not self._owner:
+            return
         try:
             self._runner.run(self.backend.close())
         finally:
@@ -143,10 +160,28 @@ class SyncLaneClient:
         return self._call(coro)
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self._closed:
+        if self._closed or self._runner.stopped:
             coro.close()
             raise RuntimeError("SyncLaneClient is closed")
         return self._runner.run(coro)
+
+    def with_claim(self, claim_id: str | None) -> SyncLaneClient:
+        """A sibling facade for the same coordinator (or local queue), token, machine and
+        timeouts that sends another claim (None: the machine-only owner rule, as a hand call
+        from this computer). It shares this facade's loop thread and HTTP session: close this
+        facade, not the sibling (closing the sibling only makes it refuse further calls)."""
+        make = getattr(self.backend, "with_claim", None)
+        if make is None:
+            raise TypeError(f"{type(self.backend).__name__} has no with_claim")
+
+        async def sibling() -> LaneBackend:
+            view: LaneBackend = make(claim_id)  # on the loop: it may open the HTTP session
+            return view
+
+        backend = self._call(sibling())
+        twin = SyncLaneClient.__new__(SyncLaneClient)
+        twin._runner, twin.backend, twin._closed, twin._owner = self._runner, backend, False, False
+        return twin
 
     def _client(self) -> LaneClient:
         if not isinstance(self.backend, LaneClient):
@@ -227,3 +262,7 @@ class SyncLaneClient:
 
     def evidence(self, lane: str, ticket_id: str | None = None) -> EvidenceReply:
         return self._call(self._client().evidence(lane, ticket_id))
+
+    def healthz(self) -> bool:
+        """GET /healthz (public); True when the coordinator answers {"ok": true}."""
+        return self._call(self._client().healthz())

@@ -35,8 +35,9 @@ def manual_coordinator(tmp_path: Path) -> Iterator[Server]:
 @pytest.fixture
 def fake() -> Iterator[Callable[[str], Server]]:
     """fake(kind): 'unauthorized' (401 for everything), 'garbage' (200 HTML),
-    'local' (valid-looking replies that say coordinator=local-sqlite), 'forbidden' (403 HTML),
-    'error500' (500 JSON error)."""
+    'local' (valid-looking replies that say coordinator=local-sqlite), 'postgres' (the same
+    status shape saying coordinator=actor-postgres), 'forbidden' (403 HTML), 'error500' (500
+    JSON error)."""
     made: list[Server] = []
 
     def build(kind: str) -> Server:
@@ -59,7 +60,7 @@ def fake() -> Iterator[Callable[[str], Server]]:
             lane = body.get("lane", "render:main")
             return web.json_response(
                 {
-                    "coordinator": "local-sqlite",
+                    "coordinator": "actor-postgres" if kind == "postgres" else "local-sqlite",
                     "lane": lane,
                     "enforced": True,
                     "capacity": 1,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import sqlite3
 import time
 from typing import Any
@@ -319,6 +320,65 @@ def test_sync_facade(coordinator: Server) -> None:
             a.release(LANE, "t_missing")
     with pytest.raises(RuntimeError):
         a.status(LANE)
+
+
+def _public_methods(cls: type) -> dict[str, Any]:
+    return {
+        name: fn
+        for name, fn in inspect.getmembers(cls, inspect.isfunction)
+        if not name.startswith("_")
+    }
+
+
+def test_sync_facade_mirrors_lane_client() -> None:
+    """Every public method of LaneClient has its blocking twin on SyncLaneClient with the same
+    parameters (names, kinds, defaults, annotations) and the awaited return type; a method
+    added to LaneClient without its twin fails here. `run` is the one sync-only extra."""
+    amethods, smethods = _public_methods(LaneClient), _public_methods(SyncLaneClient)
+    assert set(amethods) - set(smethods) == set(), "LaneClient methods without a sync twin"
+    assert set(smethods) - set(amethods) == {"run"}, "sync-only methods (document them)"
+    assert {"healthz", "with_claim"} <= set(smethods)
+    for name, afn in amethods.items():
+        sfn = smethods[name]
+        asig, ssig = inspect.signature(afn), inspect.signature(sfn)
+        shape = [(p.name, p.kind, p.default, p.annotation) for p in asig.parameters.values()]
+        sshape = [(p.name, p.kind, p.default, p.annotation) for p in ssig.parameters.values()]
+        assert shape == sshape, f"{name}: {asig} != {ssig}"
+        assert not inspect.iscoroutinefunction(sfn), f"SyncLaneClient.{name} must block"
+        if name == "with_claim":
+            assert (asig.return_annotation, ssig.return_annotation) == (
+                "LaneClient",
+                "SyncLaneClient",
+            )
+        else:
+            assert inspect.iscoroutinefunction(afn), name
+            assert asig.return_annotation == ssig.return_annotation, name
+
+
+def test_sync_healthz_and_with_claim(coordinator: Server, refused_port: int) -> None:
+    with SyncLaneClient(coordinator.url, coordinator.token, "studio-a", "c1") as a:
+        assert a.healthz() is True
+        r = a.acquire(LANE, "p", "wc", "h")
+        assert r.granted and r.owner.claim_id == "c1"
+        other = a.with_claim("c2")
+        assert isinstance(other, SyncLaneClient)
+        assert (other.kind, other.machine_id, other.claim_id) == ("actor-sqlite", "studio-a", "c2")
+        assert a.claim_id == "c1"
+        hb = other.heartbeat(LANE, r.ticket_id)
+        assert not hb.refreshed and hb.reason == "not-owner"
+        # None: the machine-only owner rule — how a restarted driver finishes
+        # the ticket its crashed predecessor held.
+        machine = a.with_claim(None)
+        assert machine.claim_id is None
+        assert machine.release(LANE, r.ticket_id, "not-submitted").released
+        other.close()  # a sibling's close leaves the parent's loop and session alone
+        with pytest.raises(RuntimeError):
+            other.status(LANE)
+        assert a.status(LANE).coordinator == "actor-sqlite"
+    with pytest.raises(RuntimeError):  # the parent closed: its siblings refuse too
+        machine.status(LANE)
+    with SyncLaneClient(f"http://127.0.0.1:{refused_port}", "t" * 40, "studio-a") as down:
+        assert down.healthz() is False
 
 
 def test_repr_hides_token(coordinator: Server) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -453,3 +454,243 @@ def test_trace_queued_with_short_interval_waits_and_is_granted(
     assert sum(b["state"] == "queued" for b in beats) >= 2
     assert any(b["state"] == "held" and b["refreshed"] for b in beats)
     assert events[-1]["event"] == "release" and events[-1]["released"] is True
+
+
+# ---------------------------------------------------------------- setup writes only what works
+
+FILE_KEYRING = '''
+import json, os
+from keyring.backend import KeyringBackend
+
+class FileKeyring(KeyringBackend):
+    """A working OS-keyring stand-in: one JSON file ($LANE_TEST_KEYRING)."""
+    priority = 1
+
+    def _load(self):
+        try:
+            with open(os.environ["LANE_TEST_KEYRING"]) as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return {}
+
+    def get_password(self, service, username):
+        return self._load().get(f"{service}|{username}")
+
+    def set_password(self, service, username, password):
+        data = self._load()
+        data[f"{service}|{username}"] = password
+        with open(os.environ["LANE_TEST_KEYRING"], "w") as f:
+            json.dump(data, f)
+
+    def delete_password(self, service, username):
+        data = self._load()
+        data.pop(f"{service}|{username}", None)
+        with open(os.environ["LANE_TEST_KEYRING"], "w") as f:
+            json.dump(data, f)
+'''
+
+
+def _with_file_keyring(env: dict[str, str], tmp: Path) -> Path:
+    """Give `lane` a working keyring (a JSON file); returns the file it writes."""
+    mod = tmp / "keyring-backend"
+    mod.mkdir(exist_ok=True)
+    (mod / "lane_file_keyring.py").write_text(FILE_KEYRING)
+    store = tmp / "keyring.json"
+    env.update(
+        PYTHON_KEYRING_BACKEND="lane_file_keyring.FileKeyring",
+        PYTHONPATH=f"{REPO}{os.pathsep}{mod}",
+        LANE_TEST_KEYRING=str(store),
+    )
+    return store
+
+
+@pytest.mark.parametrize("keyring", ["none", "working"])
+@pytest.mark.parametrize(
+    ("kind", "needle"),
+    [
+        ("wrong-token", "unauthorized"),
+        ("unreachable", "unreachable"),
+        ("not-shared", "local-sqlite"),
+    ],
+)
+def test_setup_writes_nothing_when_the_check_fails(
+    coordinator: Server,
+    lane_env: dict[str, str],
+    fake: Callable[[str], Server],
+    refused_port: int,
+    tmp_path: Path,
+    kind: str,
+    needle: str,
+    keyring: str,
+) -> None:
+    """Verify first, write after: a rejected token, an unreachable coordinator or one that is
+    not shared leaves no token file, no keyring entry and an unchanged client.env; exit 3."""
+    env = dict(lane_env)
+    store = _with_file_keyring(env, tmp_path) if keyring == "working" else None
+    cdir = Path(env["LANE_CONFIG_DIR"])
+    cdir.mkdir(mode=0o700)
+    before = "LANE_COORDINATOR_URL=http://old.example:8787\nLANE_MACHINE_ID=studio-old\n"
+    (cdir / "client.env").write_text(before)
+    os.chmod(cdir / "client.env", 0o600)
+    url = {
+        "wrong-token": coordinator.url,
+        "unreachable": f"http://127.0.0.1:{refused_port}",
+        "not-shared": fake("local").url,
+    }[kind]
+    token = "w" * 40
+    r = lane("setup", url, "studio-m", "--account", "main", env=env, stdin=token + "\n")
+    assert sorted(p.name for p in cdir.iterdir()) == ["client.env"], r.err  # no token file
+    assert (cdir / "client.env").read_text() == before, r.err
+    if store is not None:
+        assert not store.exists() or token not in store.read_text(), r.err
+    assert r.code == 3, r.err
+    assert needle in r.err and "nothing was written" in r.err, r.err
+    assert token not in r.out + r.err
+
+
+def test_setup_stores_a_verified_token_in_a_working_keyring(
+    coordinator: Server, lane_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = dict(lane_env)
+    store = _with_file_keyring(env, tmp_path)
+    r = lane("setup", coordinator.url, "studio-m", env=env, stdin=coordinator.token + "\n")
+    assert r.code == 0, r.err
+    stored = json.loads(store.read_text())
+    assert stored == {f"lane-coordinator|{coordinator.url}": coordinator.token}
+    cdir = Path(env["LANE_CONFIG_DIR"])
+    assert not (cdir / "token").exists()
+    assert coordinator.token not in (cdir / "client.env").read_text()
+    st = lane("status", "--lane", LANE, "--json", env=env)  # the token from the keyring alone
+    assert st.code == 0 and st.json()["coordinator"] == "actor-sqlite", st.err
+
+
+# ---------------------------------------------------------------- a closed stdout
+
+
+def _closed_stdout_run(args: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """`lane ARGS` whose stdout's reader is gone before the first byte (read end closed)."""
+    r, w = os.pipe()
+    try:
+        p = subprocess.Popen([str(LANE_BIN), *args], env=env, cwd=str(REPO), stdout=w,
+                             stderr=subprocess.PIPE)  # fmt: skip
+    finally:
+        os.close(w)
+        os.close(r)
+    _, err = p.communicate(timeout=60)
+    return p.returncode, err.decode()
+
+
+def _quiet(err: str) -> None:
+    for noise in ("BrokenPipe", "unexpected error", "Exception ignored", "Traceback"):
+        assert noise not in err, err
+
+
+@pytest.mark.parametrize("buffered", [True, False])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status", "--lane", LANE, "--json"],
+        ["history", "--lane", LANE],
+        ["trace", "--lane", LANE, "--json", "--interval", "1"],
+        ["status", "--help"],
+    ],
+)
+def test_closed_stdout_ends_quietly(
+    coordinator: Server, lane_env: dict[str, str], args: list[str], buffered: bool
+) -> None:
+    """`lane ... | head -1` with the reader gone: exit 141 (128 + SIGPIPE, what a shell
+    reports for a tool SIGPIPE ended), nothing on stderr about it; trace still releases."""
+    env = shared_env(lane_env, coordinator)
+    if buffered:
+        env.pop("PYTHONUNBUFFERED", None)
+    code, err = _closed_stdout_run(args, env)
+    _quiet(err)
+    if "--help" in args:  # argparse itself ignores a failed help write (then exit 0)
+        assert code in (0, 141), err
+    else:
+        assert code == 141, err
+    if args[0] == "trace":
+        with SyncLaneClient(coordinator.url, coordinator.token, "studio-a") as c:
+            assert c.status(LANE).held == []
+            assert c.history(LANE).entries[0].outcome == "not-submitted"
+
+
+def test_pipeline_into_head_ends_quietly(coordinator: Server, lane_env: dict[str, str]) -> None:
+    """A real `lane history --json | head -1` with far more than a pipe buffer of output."""
+    with SyncLaneClient(coordinator.url, coordinator.token, "studio-a", "c1") as a:
+        for i in range(120):  # ~1.5 KB of JSON each: ~180 KB, past any default pipe buffer
+            t = a.acquire(LANE, "p" * 100, f"scene-{i}-" + "s" * 100, "h" * 64)
+            a.release(LANE, t.ticket_id, "completed", "j" * 256, "n" * 500)
+    script = (
+        f"set -o pipefail; '{LANE_BIN}' history --lane {LANE} --json --limit 5000 | head -1; "
+        'echo "codes ${PIPESTATUS[*]}" >&2'
+    )
+    p = subprocess.run(["bash", "-c", script], env=shared_env(lane_env, coordinator),
+                       cwd=str(REPO), capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert p.stdout == "{\n"
+    assert "codes 141 0" in p.stderr, p.stderr
+    _quiet(p.stderr)
+
+
+# ---------------------------------------------------------------- --help
+
+
+def _parsers(parser: argparse.ArgumentParser, name: str = "lane") -> list[tuple[str, Any]]:
+    found: list[tuple[str, Any]] = [(name, parser)]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action._choices_actions:  # every subcommand has a one-line help
+                assert sub.help, f"{name} {sub.dest}: no help"
+            for sub_name, sub in action.choices.items():
+                found += _parsers(sub, f"{name} {sub_name}")
+    return found
+
+
+def _help_blocks(text: str) -> dict[str, str]:
+    """Each option's rendered block (invocation + wrapped help), by each option string."""
+    blocks: dict[str, str] = {}
+    keys: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("  -"):
+            invocation = line.strip().split("  ")[0]
+            keys = [part.split()[0] for part in invocation.split(", ")]
+            for k in keys:
+                blocks[k] = line
+        elif keys and line.startswith("   "):
+            for k in keys:
+                blocks[k] += "\n" + line
+        else:
+            keys = []
+    return blocks
+
+
+def _shown(default: Any) -> str:
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    if isinstance(default, float):
+        return f"{default:g}"
+    return str(default)
+
+
+def test_every_option_has_help_and_shows_its_default() -> None:
+    """Every option of every `lane ... --help` says what it is; one with a default shows it."""
+    from client.cli import build_parser
+
+    parsers = _parsers(build_parser())
+    assert {n for n, _ in parsers} >= {"lane trace", "lane setup", "lane drill", "lane await"}
+    for name, parser in parsers:
+        blocks = _help_blocks(parser.format_help())
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+                continue
+            what = f"{name} {'/'.join(action.option_strings) or action.dest}"
+            assert action.help and action.help.strip(), f"{what}: no help"
+            if not action.option_strings:
+                continue
+            block = blocks[action.option_strings[0]]
+            words = "".join(block.split())  # unwrapped, whatever the terminal width
+            invocation = "".join(block.splitlines()[0].split("  ")[1].split())
+            assert len(words) > len(invocation), f"{what}: no help rendered"
+            d = action.default
+            if d is not None and d is not argparse.SUPPRESS:
+                assert f"(default:{_shown(d)})" in words, f"{what}: default {d!r} not shown"

@@ -109,10 +109,21 @@ async def test_fake_servers(
 async def test_not_the_shared_coordinator(fake: Callable[[str], Server]) -> None:
     s = fake("local")
     async with LaneClient(s.url, SECRET, "studio-a", required=True) as c:
-        await expect_pre_provider(c, "'local-sqlite', not 'actor-sqlite'")
+        await expect_pre_provider(
+            c, "'local-sqlite', not one of ['actor-postgres', 'actor-sqlite']"
+        )
     async with LaneClient(s.url, SECRET, "studio-a") as loose:
         st = await loose.status(LANE)  # not required: answered, and says what it is
         assert st.coordinator == "local-sqlite"
+
+
+async def test_replicas_on_postgres_are_a_shared_coordinator(
+    fake: Callable[[str], Server],
+) -> None:
+    s = fake("postgres")  # replicas on PostgreSQL report actor-postgres: shared, not refused
+    async with LaneClient(s.url, SECRET, "studio-a", required=True) as c:
+        st = await c.status(LANE)
+        assert st.coordinator == "actor-postgres"
 
 
 async def test_malformed_shape_is_pre_provider(fake: Callable[[str], Server]) -> None:

@@ -90,5 +90,6 @@ async def test_non_shared_coordinator_is_refused(aiohttp_server: Any, tmp_path: 
     raw, _ = await asyncio.wait_for(proc.communicate(), 120)
     text = raw.decode()
     assert proc.returncode == 3, text
-    assert "not 'actor-sqlite'" in text and "not the shared coordinator" in text, text
+    assert "not one of ['actor-postgres', 'actor-sqlite']" in text, text
+    assert "not the shared coordinator" in text, text
     assert hits and set(hits) == {"/v1/lanes/status"}, hits
