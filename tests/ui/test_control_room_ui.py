@@ -21,16 +21,18 @@ from control_room_seed import (
     NoRedirect,
     Seeded,
 )
-from playwright.sync_api import Browser, BrowserContext, Page, Request, expect
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Request, expect
+
+from coordinator.http.app import CONTROL_ROOM_ASSETS
 
 TOKEN_KEY = "laneControlRoom.token"
 
-# Everything the page may ever ask for: its own files and the read endpoints (GET only:
-# /v1/lanes checks a pasted token; each refresh is one /v1/overview and one /v1/evidence).
+# Everything the page may ever ask for: its own files (the style and the script's ES modules,
+# the package's fixed asset list) and the read endpoints (GET only: /v1/lanes checks a pasted
+# token; each refresh is one /v1/overview and one /v1/evidence).
 ALLOWED = {
     ("GET", "/control-room"),
-    ("GET", "/control-room/assets/control-room.js"),
-    ("GET", "/control-room/assets/control-room.css"),
+    *(("GET", f"/control-room/assets/{name}") for name in CONTROL_ROOM_ASSETS),
     ("GET", "/v1/lanes"),
     ("GET", "/v1/overview"),
     ("GET", "/v1/evidence"),
@@ -54,10 +56,25 @@ def session_token(page: Page) -> Any:
     return page.evaluate(f"() => sessionStorage.getItem({json.dumps(TOKEN_KEY)})")
 
 
+def console_errors(page: Page) -> list[str]:
+    """The page's console errors and uncaught exceptions from now on (a module that failed
+    to load, a CSP refusal, a script error)."""
+    errors: list[str] = []
+
+    def on_console(m: ConsoleMessage) -> None:
+        if m.type == "error":
+            errors.append(f"console: {m.text} ({m.location.get('url', '')})")
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
+    return errors
+
+
 # ---------------------------------------------------------------- unlock / lock
 
 
 def test_unlock_shows_holder_and_waiters(page: Page, coordinator: Seeded, artifacts: Path) -> None:
+    errors = console_errors(page)
     page.goto(coordinator.base + "/control-room")
     expect(page.locator("#unlock-panel")).to_be_visible()
     expect(page.locator("#dashboard")).to_be_hidden()
@@ -87,6 +104,7 @@ def test_unlock_shows_holder_and_waiters(page: Page, coordinator: Seeded, artifa
     expect(card).to_contain_text("Waiting (2)")
     page.wait_for_timeout(600)  # let fonts settle for the picture
     page.screenshot(path=str(artifacts / "desktop-full.png"), full_page=True)
+    assert errors == []
 
 
 def test_wrong_token_says_so(page: Page, coordinator: Seeded, artifacts: Path) -> None:
@@ -329,10 +347,14 @@ def test_requests_stay_on_loopback_and_only_read(
     requests: list[Request] = []
     context.on("request", lambda r: requests.append(r))
     page = context.new_page()
+    errors = console_errors(page)
     page.goto(coordinator.base + "/control-room")
     page.fill("#token", "wrong-" + "y" * 40)
     page.click("#unlock")
     expect(page.locator("#unlock-error")).to_be_visible()
+    # the browser logs the refused token check itself; nothing else may be there
+    assert all("status of 401" in e for e in errors), errors
+    errors.clear()
     unlock(page, coordinator.base, coordinator.token)
     page.select_option("#log-project", "alpha-film")
     lane_card(page, MAIN).locator("button.ticket").first.click()
@@ -345,6 +367,7 @@ def test_requests_stay_on_loopback_and_only_read(
         timeout=30_000,
     )
     page.click("#lock")
+    assert errors == []
 
     assert len(requests) > 10
     origin = urlsplit(coordinator.base)
@@ -467,7 +490,11 @@ def test_dashboard_redirects_and_assets_are_served(coordinator: Seeded) -> None:
         html = r.read().decode()
     # nothing on the page comes from anywhere else
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
-    for name, ctype in (("control-room.js", "text/javascript"), ("control-room.css", "text/css")):
+    # the page loads its script as an ES module (the entry imports the rest, see
+    # tests/integration/test_control_room_assets.py)
+    assert '<script type="module" src="/control-room/assets/control-room.js">' in html
+    assert "script-src 'self'" in csp
+    for name, ctype in CONTROL_ROOM_ASSETS.items():
         with urllib.request.urlopen(f"{coordinator.base}/control-room/assets/{name}") as r:
             assert r.headers["Content-Type"].startswith(ctype)
             body = r.read().decode()
