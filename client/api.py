@@ -47,17 +47,18 @@ from client.models import (
     StatusReply,
 )
 from coordinator import __version__
-from coordinator.core.receipts import canonical_json, receipt_id_for
-from coordinator.core.receipts import content_hash as hash_of_canonical
-from coordinator.errors import LaneError
+from coordinator.protocol import constants as P
+from coordinator.protocol.errors import LaneError
+from coordinator.protocol.receipts import canonical_json, receipt_id_for
+from coordinator.protocol.receipts import content_hash as hash_of_canonical
 
-PROTOCOL_VERSION = 1
-SHARED_KIND = "actor-sqlite"
+PROTOCOL_VERSION = P.PROTOCOL_VERSION
+SHARED_KIND = P.ACTOR_SQLITE
 # Every kind a shared coordinator reports: one server on SQLite, replicas on PostgreSQL.
-SHARED_KINDS = frozenset({SHARED_KIND, "actor-postgres"})
-LOCAL_KIND = "local-sqlite"
+SHARED_KINDS = P.SHARED_KINDS
+LOCAL_KIND = P.LOCAL_SQLITE
 DEFAULT_TIMEOUT_SECONDS = 10.0
-DEFAULT_COOLDOWN_REASON = "provider-human-check"
+DEFAULT_COOLDOWN_REASON = P.COOLDOWN_REASONS[0]
 
 S = TypeVar("S")
 
@@ -87,7 +88,7 @@ class LaneBackend(Protocol):
     ) -> LaneReply: ...
 
     async def await_ticket(
-        self, lane: str, ticket_id: str, wait_seconds: float = 30
+        self, lane: str, ticket_id: str, wait_seconds: float = P.DEFAULT_AWAIT_SECONDS
     ) -> LaneReply: ...
 
     async def heartbeat(
@@ -125,7 +126,7 @@ class LaneBackend(Protocol):
     async def status(self, lane: str, include_receipts: bool = False) -> StatusReply: ...
 
     async def history(
-        self, lane: str, limit: int = 100, project: str | None = None
+        self, lane: str, limit: int = P.DEFAULT_HISTORY_LIMIT, project: str | None = None
     ) -> HistoryReply: ...
 
     async def close(self) -> None: ...
@@ -430,7 +431,9 @@ class LaneClient:
         )
         return await self._post("acquire", body, LaneReply)
 
-    async def await_ticket(self, lane: str, ticket_id: str, wait_seconds: float = 30) -> LaneReply:
+    async def await_ticket(
+        self, lane: str, ticket_id: str, wait_seconds: float = P.DEFAULT_AWAIT_SECONDS
+    ) -> LaneReply:
         body = self._mutation(lane, ticketId=ticket_id, waitSeconds=wait_seconds)
         # The long poll gets its own timeout: the wait plus the per-call timeout as margin.
         own = float(wait_seconds) + self.timeout
@@ -505,7 +508,7 @@ class LaneClient:
         return parse_status(data, lambda d: self._convert(d, StatusReply, "status", status))
 
     async def history(
-        self, lane: str, limit: int = 100, project: str | None = None
+        self, lane: str, limit: int = P.DEFAULT_HISTORY_LIMIT, project: str | None = None
     ) -> HistoryReply:
         body: dict[str, Any] = {
             "protocolVersion": PROTOCOL_VERSION,
@@ -526,7 +529,9 @@ class LaneClient:
     async def lanes(self) -> LanesReply:
         return await self._get("/v1/lanes", LanesReply)
 
-    async def incidents(self, lane: str | None = None, limit: int = 100) -> IncidentsReply:
+    async def incidents(
+        self, lane: str | None = None, limit: int = P.DEFAULT_INCIDENTS_LIMIT
+    ) -> IncidentsReply:
         params = {"limit": str(limit)}
         if lane is not None:
             params["lane"] = lane
@@ -578,7 +583,7 @@ async def wait_for_grant(
     backend: LaneBackend,
     reply: LaneReply,
     *,
-    wait_seconds: float = 30,
+    wait_seconds: float = P.DEFAULT_AWAIT_SECONDS,
     max_wait: float | None = None,
 ) -> LaneReply:
     """Long-poll `await` until the ticket is no longer queued (or `max_wait` passes)."""

@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import msgspec
 
@@ -43,16 +43,6 @@ from client.errors import (
     UnavailableError,
     error_for,
 )
-from client.models import (
-    CooldownReply,
-    HeartbeatReply,
-    HistoryReply,
-    LaneReply,
-    Pause,
-    ReceiptReply,
-    ReleaseReply,
-    StatusReply,
-)
 from coordinator import constants as C
 from coordinator.core.commands import Acquire, Cooldown, Heartbeat, Release, TicketCall
 from coordinator.core.lane import LaneCore
@@ -64,11 +54,23 @@ from coordinator.core.model import (
     Ticket,
     TicketState,
 )
-from coordinator.core.receipts import check_receipt_id
 from coordinator.core.views import history_row, outcome_counts
-from coordinator.errors import LaneError, StoreError
-from coordinator.http import schemas as S
-from coordinator.names import MACHINE_RE, lane_file_name, parse_lane
+from coordinator.errors import StoreError
+from coordinator.protocol import requests as S
+from coordinator.protocol.errors import LaneError
+from coordinator.protocol.names import MACHINE_RE, lane_file_name, parse_lane
+from coordinator.protocol.receipts import check_receipt_id
+from coordinator.protocol.replies import (
+    CooldownReply,
+    HeartbeatReply,
+    HistoryEntry,
+    HistoryReply,
+    LaneReply,
+    Pause,
+    ReceiptReply,
+    ReleaseReply,
+    StatusReply,
+)
 from coordinator.store.sqlite import SqliteLaneStore
 
 DEFAULT_LOCAL_CAPACITY = 1
@@ -184,7 +186,7 @@ def _validation_message(text: str) -> str:
 def _validate(schema: type[B], body: dict[str, Any]) -> B:
     """The coordinator's own request schema, so local and shared refuse the same input."""
     try:
-        b = msgspec.convert(body, schema)
+        b = S.convert(body, schema)
     except msgspec.ValidationError as exc:
         raise BadRequestError(message=_validation_message(str(exc))) from None
     try:
@@ -312,7 +314,7 @@ class LocalQueue:
                     seen = {t.ticket_id: t.last_seen_at for t in snap.live}
                     # now=0.0: keep each waiter's persisted keep-alive (the coordinator's
                     # "restart grants a full window" rule would make local waiters immortal).
-                    core = LaneCore(lane, self._settings, snap, 0.0)
+                    core = LaneCore(lane, self._settings, snap, 0.0, coordinator=LOCAL_KIND)
                     store.apply_in_transaction(core.advance(now).changes)
                     try:
                         result, fx = op(core, now, store)
@@ -346,8 +348,8 @@ class LocalQueue:
         return await asyncio.to_thread(self._run_sync, lane, op, absent)
 
     @staticmethod
-    def _no_ticket(lane: str, ticket_id: str) -> Callable[[], dict[str, Any]]:
-        def absent() -> dict[str, Any]:
+    def _no_ticket(lane: str, ticket_id: str) -> Callable[[], NoReturn]:
+        def absent() -> NoReturn:
             raise NotFoundError(
                 status=404, message=f"ticketId: no ticket {ticket_id!r} in lane {lane}"
             )
@@ -372,10 +374,6 @@ class LocalQueue:
     def _call(self, b: S.TicketBody) -> TicketCall:
         return TicketCall(b.machine_id, b.claim_id, b.ticket_id)
 
-    @staticmethod
-    def _reply(data: dict[str, Any], kind: type[T]) -> T:
-        return msgspec.convert({"coordinator": LOCAL_KIND, **data}, kind)
-
     # ------------------------------------------------------------------ operations
 
     async def acquire(
@@ -398,15 +396,15 @@ class LocalQueue:
             "t_" + secrets.token_urlsafe(16),
         )  # fmt: skip
 
-        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[Any, Effects]:
+        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[LaneReply, Effects]:
             return core.acquire(cmd, now)
 
-        return self._reply(await self._run(lane, op, None), LaneReply)
+        return await self._run(lane, op, None)
 
-    def _await_once(self, b: S.AwaitBody) -> Op[dict[str, Any]]:
+    def _await_once(self, b: S.AwaitBody) -> Op[LaneReply]:
         call = self._call(b)
 
-        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[Any, Effects]:
+        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[LaneReply, Effects]:
             reply, fx, _ = core.await_(call, now, self._ended(core, store, call.ticket_id))
             return reply, fx
 
@@ -419,14 +417,14 @@ class LocalQueue:
         deadline = monotonic() + b.wait_seconds
         op = self._await_once(b)
         missing = self._no_ticket(lane, b.ticket_id)
-        reply = self._reply(await self._run(lane, op, missing), LaneReply)
+        reply = await self._run(lane, op, missing)
         first_pause = _pause_key(reply.pause)
         while reply.ticket.state == "queued":
             left = deadline - monotonic()
             if left <= 0:
                 break
             await asyncio.sleep(min(self.poll_interval, left))
-            reply = self._reply(await self._run(lane, op, missing), LaneReply)
+            reply = await self._run(lane, op, missing)
             if _pause_key(reply.pause) != first_pause:
                 break
         return reply
@@ -439,12 +437,12 @@ class LocalQueue:
         )
         cmd = Heartbeat(self._call(b), b.lease_seconds)
 
-        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[Any, Effects]:
+        def op(
+            core: LaneCore, now: float, store: SqliteLaneStore
+        ) -> tuple[HeartbeatReply, Effects]:
             return core.heartbeat(cmd, now, self._ended(core, store, b.ticket_id))
 
-        return self._reply(
-            await self._run(lane, op, self._no_ticket(lane, b.ticket_id)), HeartbeatReply
-        )
+        return await self._run(lane, op, self._no_ticket(lane, b.ticket_id))
 
     async def release(
         self,
@@ -463,12 +461,10 @@ class LocalQueue:
         )  # fmt: skip
         cmd = Release(self._call(b), b.outcome, b.provider_job_id, b.note)
 
-        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[Any, Effects]:
+        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[ReleaseReply, Effects]:
             return core.release(cmd, now, self._ended(core, store, b.ticket_id))
 
-        return self._reply(
-            await self._run(lane, op, self._no_ticket(lane, b.ticket_id)), ReleaseReply
-        )
+        return await self._run(lane, op, self._no_ticket(lane, b.ticket_id))
 
     async def receipt(
         self,
@@ -493,14 +489,11 @@ class LocalQueue:
             check_receipt_id(b.receipt_id, b.ticket_id, b.phase)
         except LaneError as exc:
             raise BadRequestError(message=exc.message) from None
-        return ReceiptReply(
-            coordinator=LOCAL_KIND,
-            stored=False,
-            replay=False,
-            content_hash_verified=None,
-            receipt_id=rid,
-            content_hash=sent,
+        reply = ReceiptReply(
+            coordinator=LOCAL_KIND, stored=False, replay=False, content_hash_verified=None
         )
+        reply.receipt_id, reply.content_hash = rid, sent
+        return reply
 
     async def cooldown(
         self,
@@ -518,26 +511,24 @@ class LocalQueue:
         )  # fmt: skip
         cmd = Cooldown(self._call(b), b.reason_code, b.retry_after_seconds)
 
-        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[Any, Effects]:
+        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[CooldownReply, Effects]:
             return core.cooldown(cmd, now, self._ended(core, store, b.ticket_id))
 
-        return self._reply(
-            await self._run(lane, op, self._no_ticket(lane, b.ticket_id)), CooldownReply
-        )
+        return await self._run(lane, op, self._no_ticket(lane, b.ticket_id))
 
     async def status(self, lane: str, include_receipts: bool = False) -> StatusReply:
         """Reaps and promotes like the coordinator; never has receipt keys (no receipts)."""
         _validate(S.StatusBody, {"protocolVersion": PROTOCOL_VERSION, "lane": lane})
 
-        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[Any, Effects]:
+        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[StatusReply, Effects]:
             return core.status(now, C.STATUS_QUEUED_LIMIT), Effects()
 
-        def empty() -> dict[str, Any]:
+        def empty() -> StatusReply:
             now = self._clock()
-            core = LaneCore(lane, self._settings, LaneSnapshot(), now)
+            core = LaneCore(lane, self._settings, LaneSnapshot(), now, coordinator=LOCAL_KIND)
             return core.status(now, C.STATUS_QUEUED_LIMIT)
 
-        return self._reply(await self._run(lane, op, empty), StatusReply)
+        return await self._run(lane, op, empty)
 
     async def history(
         self, lane: str, limit: int = 100, project: str | None = None
@@ -548,21 +539,22 @@ class LocalQueue:
         b = _validate(S.HistoryBody, body)
         retained_limit = self._settings.history_retained
 
-        def reply(entries: list[dict[str, Any]], retained: int) -> dict[str, Any]:
-            return {
-                "lane": lane,
-                "enforced": True,
-                "entries": entries,
-                "counts": outcome_counts(entries),
-                "retained": retained,
-                "retainedLimit": retained_limit,
-            }
+        def reply(entries: list[HistoryEntry], retained: int) -> HistoryReply:
+            return HistoryReply(
+                coordinator=LOCAL_KIND,
+                lane=lane,
+                enforced=True,
+                entries=entries,
+                counts=outcome_counts(entries),
+                retained=retained,
+                retained_limit=retained_limit,
+            )
 
-        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[Any, Effects]:
+        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[HistoryReply, Effects]:
             entries = [history_row(t) for t in store.history(b.limit, b.project)]
             return reply(entries, store.history_count()), Effects()
 
-        return self._reply(await self._run(lane, op, lambda: reply([], 0)), HistoryReply)
+        return await self._run(lane, op, lambda: reply([], 0))
 
 
 def _pause_key(p: Pause | None) -> tuple[float, float] | None:

@@ -30,6 +30,7 @@ from client.models import (
     ReleaseReply,
     StatusReply,
 )
+from coordinator.protocol import constants as P
 
 T = TypeVar("T")
 
@@ -200,7 +201,9 @@ class SyncLaneClient:
     ) -> LaneReply:
         return self._call(self.backend.acquire(lane, project, scene, prompt_hash, lease_seconds))
 
-    def await_ticket(self, lane: str, ticket_id: str, wait_seconds: float = 30) -> LaneReply:
+    def await_ticket(
+        self, lane: str, ticket_id: str, wait_seconds: float = P.DEFAULT_AWAIT_SECONDS
+    ) -> LaneReply:
         return self._call(self.backend.await_ticket(lane, ticket_id, wait_seconds))
 
     def heartbeat(
@@ -246,7 +249,9 @@ class SyncLaneClient:
     def status(self, lane: str, include_receipts: bool = False) -> StatusReply:
         return self._call(self.backend.status(lane, include_receipts))
 
-    def history(self, lane: str, limit: int = 100, project: str | None = None) -> HistoryReply:
+    def history(
+        self, lane: str, limit: int = P.DEFAULT_HISTORY_LIMIT, project: str | None = None
+    ) -> HistoryReply:
         return self._call(self.backend.history(lane, limit, project))
 
     # ---- control-room reads (shared coordinator only)
@@ -254,7 +259,9 @@ class SyncLaneClient:
     def lanes(self) -> LanesReply:
         return self._call(self._client().lanes())
 
-    def incidents(self, lane: str | None = None, limit: int = 100) -> IncidentsReply:
+    def incidents(
+        self, lane: str | None = None, limit: int = P.DEFAULT_INCIDENTS_LIMIT
+    ) -> IncidentsReply:
         return self._call(self._client().incidents(lane, limit))
 
     def machines(self) -> MachinesReply:

@@ -1,59 +1,33 @@
-"""Every interval, limit and default of the coordinator, named once, with its unit."""
+"""Every interval, limit and default of the coordinator, named once, with its unit.
+
+The wire's limits and defaults (what a client sees) live in `coordinator.protocol.constants`
+and are re-exported here; what follows them is the server's own tuning.
+"""
 
 from typing import Final
 
-PROTOCOL_VERSION: Final = 1
-SUPPORTED_PROTOCOLS: Final = (1,)
-COORDINATOR_KIND: Final = "actor-sqlite"
+# The wire's limits and defaults, importable from here too (each is defined once, there).
+from coordinator.protocol.constants import *  # noqa: F403
+from coordinator.protocol.constants import ACTOR_SQLITE, MAX_AWAIT_SECONDS
+
+COORDINATOR_KIND: Final = ACTOR_SQLITE  # what this server's replies say in `coordinator`
 
 # Leases and waiters (seconds)
-DEFAULT_LEASE_SECONDS: Final = 300.0
-MIN_LEASE_SECONDS: Final = 15.0
-MAX_LEASE_SECONDS: Final = 3600.0
 DEFAULT_WAITER_TIMEOUT_SECONDS: Final = 600.0
 DEFAULT_HOLD_SECONDS: Final = 300.0  # ETA basis before a lane has measured holds
 ETA_HOLD_SAMPLE_SIZE: Final = 20  # recent hold durations averaged for the ETA
-
-# Await long poll (seconds)
-DEFAULT_AWAIT_SECONDS: Final = 30.0
-MIN_AWAIT_SECONDS: Final = 1.0
-MAX_AWAIT_SECONDS: Final = 60.0
 # A parked await is a waiter's keep-alive: the waiter timeout must outlast the longest await
 # plus this margin (network, a client's retry), or a waiter is abandoned mid-poll.
 WAITER_TIMEOUT_MARGIN_SECONDS: Final = 30.0
 MIN_WAITER_TIMEOUT_SECONDS: Final = MAX_AWAIT_SECONDS + WAITER_TIMEOUT_MARGIN_SECONDS  # 90
 MAX_WAITER_TIMEOUT_SECONDS: Final = 86400.0
 
-# Cooldown (seconds)
-MIN_COOLDOWN_SECONDS: Final = 30.0
-MAX_COOLDOWN_SECONDS: Final = 7200.0
-COOLDOWN_REASONS: Final = ("provider-human-check",)
-
-# Render log and reads
+# Render log and incidents kept per lane
 DEFAULT_HISTORY_RETAINED: Final = 5000  # rows per lane
-DEFAULT_HISTORY_LIMIT: Final = 100
-MAX_HISTORY_LIMIT: Final = 5000
-STATUS_QUEUED_LIMIT: Final = 200  # queued tickets listed by status; queuedTotal says how many
-RECENT_RECEIPTS_LIMIT: Final = 50
 INCIDENTS_RETAINED: Final = 2000  # rows per lane
-DEFAULT_INCIDENTS_LIMIT: Final = 100
-MAX_INCIDENTS_LIMIT: Final = 1000
-# GET /v1/overview: one bounded read of every lane for the control room's refresh
-OVERVIEW_DEFAULT_HISTORY: Final = 50  # render-log rows per lane (the timeline)
-OVERVIEW_MAX_HISTORY: Final = 200
-OVERVIEW_DEFAULT_QUEUED: Final = 50  # queued tickets listed per lane; queuedTotal says how many
-OVERVIEW_DEFAULT_RECEIPTS: Final = 6  # newest receipts per lane (no payload)
-OVERVIEW_DEFAULT_LOG_LIMIT: Final = 100  # rows of the render log of the chosen lane(s)
-OVERVIEW_MAX_LOG_LIMIT: Final = 500
-OVERVIEW_PROJECTS_LIMIT: Final = 100  # projects listed per lane, most recently served first
 
-# Sizes (bytes / characters)
+# Sizes (bytes)
 DEFAULT_MAX_BODY_BYTES: Final = 65536
-MAX_RECEIPT_PAYLOAD_BYTES: Final = 32 * 1024
-MAX_IDENTITY_CHARS: Final = 128
-MAX_CLAIM_CHARS: Final = 128
-MAX_PROVIDER_JOB_CHARS: Final = 256
-MAX_NOTE_CHARS: Final = 500
 MIN_TOKEN_BYTES: Final = 32
 
 # Presence and evidence (seconds)

@@ -1,87 +1,42 @@
-"""The coordinator's errors: one class per SPEC error code, and the store boundary error."""
+"""The coordinator's errors: the protocol's error classes (one per error code, defined in
+`coordinator.protocol.errors` and importable from here), the store boundary error and the
+configuration error."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from coordinator.protocol.errors import (
+    BadRequest,
+    LaneError,
+    MethodNotAllowed,
+    NotFound,
+    NotHolder,
+    NotOwner,
+    PayloadTooLarge,
+    ReceiptConflict,
+    TicketNotHeld,
+    Unauthorized,
+    Unavailable,
+    UnsupportedMediaType,
+    UnsupportedProtocol,
+)
 
-
-class LaneError(Exception):
-    """An error with a SPEC error code and HTTP status, safe to show to a caller."""
-
-    code: ClassVar[str] = "bad-request"
-    status: ClassVar[int] = 400
-
-    def __init__(self, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.message = message
-        self.extra = extra
-
-    def body(self) -> dict[str, Any]:
-        err: dict[str, Any] = {"code": self.code, "message": self.message}
-        err.update(self.extra)
-        return {"error": err}
-
-
-class BadRequest(LaneError):
-    code = "bad-request"
-    status = 400
-
-
-class UnsupportedProtocol(LaneError):
-    code = "unsupported-protocol"
-    status = 400
-
-
-class Unauthorized(LaneError):
-    code = "unauthorized"
-    status = 401
-
-
-class NotOwner(LaneError):
-    code = "not-owner"
-    status = 403
-
-
-class NotHolder(LaneError):
-    code = "not-holder"
-    status = 403
-
-
-class NotFound(LaneError):
-    code = "not-found"
-    status = 404
-
-
-class MethodNotAllowed(LaneError):
-    """A known path with a method it does not serve; the reply's Allow header lists them."""
-
-    code = "method-not-allowed"
-    status = 405
-
-
-class TicketNotHeld(LaneError):
-    code = "ticket-not-held"
-    status = 409
-
-
-class ReceiptConflict(LaneError):
-    code = "receipt-conflict"
-    status = 409
-
-
-class PayloadTooLarge(LaneError):
-    code = "payload-too-large"
-    status = 413
-
-
-class UnsupportedMediaType(LaneError):
-    code = "unsupported-media-type"
-    status = 415
-
-
-class Unavailable(LaneError):
-    code = "unavailable"
-    status = 503
+__all__ = [
+    "BadRequest",
+    "ConfigError",
+    "LaneError",
+    "MethodNotAllowed",
+    "NotFound",
+    "NotHolder",
+    "NotOwner",
+    "PayloadTooLarge",
+    "ReceiptConflict",
+    "StoreError",
+    "TicketNotHeld",
+    "Unauthorized",
+    "Unavailable",
+    "UnsupportedMediaType",
+    "UnsupportedProtocol",
+]
 
 
 class StoreError(Unavailable):

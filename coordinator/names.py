@@ -1,40 +1,24 @@
-"""Lane names: validation, and the only mapping from a lane to a file name."""
+"""Lane names: the rules and the lane -> file-name mapping live in `coordinator.protocol.names`
+(the client applies them too); importable from here."""
 
 from __future__ import annotations
 
-import re
+from coordinator.protocol.names import (
+    LANE_FILE_SUFFIX,
+    LANE_RE,
+    MACHINE_RE,
+    PART_RE,
+    lane_file_name,
+    lane_from_file_name,
+    parse_lane,
+)
 
-from coordinator.errors import BadRequest
-
-_PART = r"[a-z0-9][a-z0-9._-]{0,63}"
-LANE_RE = re.compile(rf"^({_PART}):({_PART})$")
-PART_RE = re.compile(rf"^{_PART}$")
-MACHINE_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-LANE_FILE_SUFFIX = ".sqlite"
-_FILE_SEP = "+"  # not in the lane alphabet, so the mapping is one-to-one
-
-
-def parse_lane(lane: str) -> tuple[str, str]:
-    """Return (route, account) or raise 400 bad-request."""
-    m = LANE_RE.fullmatch(lane)  # fullmatch: "$" alone would accept a trailing newline
-    if m is None:
-        raise BadRequest(
-            "lane: must be route:account, each 1-64 of [a-z0-9._-] starting with [a-z0-9]"
-        )
-    return m.group(1), m.group(2)
-
-
-def lane_file_name(lane: str) -> str:
-    route, account = parse_lane(lane)
-    return f"{route}{_FILE_SEP}{account}{LANE_FILE_SUFFIX}"
-
-
-def lane_from_file_name(name: str) -> str | None:
-    """The lane a file in the data dir belongs to, or None when it is not a lane file."""
-    if not name.endswith(LANE_FILE_SUFFIX):
-        return None
-    stem = name[: -len(LANE_FILE_SUFFIX)]
-    route, sep, account = stem.partition(_FILE_SEP)
-    if not sep or not PART_RE.fullmatch(route) or not PART_RE.fullmatch(account):
-        return None
-    return f"{route}:{account}"
+__all__ = [
+    "LANE_FILE_SUFFIX",
+    "LANE_RE",
+    "MACHINE_RE",
+    "PART_RE",
+    "lane_file_name",
+    "lane_from_file_name",
+    "parse_lane",
+]

@@ -1,4 +1,4 @@
-"""The coordinator's operations: validated commands in, wire replies out.
+"""The coordinator's operations: validated commands in, protocol replies (Structs) out.
 
 HTTP handlers call these; each lane operation becomes one job in that lane's actor.
 Unenforced lanes (SPEC §5) are answered here without any actor or file.
@@ -11,12 +11,15 @@ import secrets
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+import msgspec
 
 from coordinator.actor.lane_actor import Ctx
 from coordinator.actor.registry import LaneRegistry
 from coordinator.clock import Clock
 from coordinator.constants import (
+    COORDINATOR_KIND,
     DEFAULT_INCIDENTS_LIMIT,
     EVIDENCE_RECENT_SECONDS,
     OVERVIEW_DEFAULT_HISTORY,
@@ -39,16 +42,23 @@ from coordinator.core.lane import LaneCore
 from coordinator.core.model import (
     Effects,
     LaneSnapshot,
-    Receipt,
     ReceiptPhase,
     Ticket,
-    TicketState,
 )
-from coordinator.core.views import history_row, incident_row, outcome_counts, receipt_row
+from coordinator.core.views import (
+    history_row,
+    incident_row,
+    log_row,
+    outcome_counts,
+    receipt_row,
+    receipt_summary,
+)
 from coordinator.errors import NotFound
+from coordinator.protocol import replies as wire
+from coordinator.protocol.replies import UNKNOWN
 
 UNLIMITED_PREFIX = "unlimited-"
-UNKNOWN = "unknown"  # what evidence reads where the coordinator has none
+R = TypeVar("R")
 
 
 def new_ticket_id() -> str:
@@ -76,7 +86,9 @@ class LaneService:
     def _empty_core(self, lane: str) -> LaneCore:
         settings = self.config.lane_settings(lane)
         assert settings is not None
-        return LaneCore(lane, settings, LaneSnapshot(), self.clock.now())
+        return LaneCore(
+            lane, settings, LaneSnapshot(), self.clock.now(), coordinator=COORDINATOR_KIND
+        )
 
     @staticmethod
     async def _ended(ctx: Ctx, ticket_id: str) -> Ticket | None:
@@ -86,53 +98,54 @@ class LaneService:
 
     # ---------------------------------------------------------------- unenforced
 
-    def _unlimited_ticket(self, lane: str, cmd: Acquire | None, ticket_id: str) -> dict[str, Any]:
+    def _unlimited_ticket(self, lane: str, cmd: Acquire | None, ticket_id: str) -> wire.Ticket:
         now = self.clock.now()
-        return {
-            "ticketId": ticket_id,
-            "lane": lane,
-            "state": TicketState.HELD.value,
-            "machineId": cmd.machine_id if cmd else None,
-            "claimId": cmd.claim_id if cmd else None,
-            "project": cmd.project if cmd else None,
-            "scene": cmd.scene if cmd else None,
-            "promptHash": cmd.prompt_hash if cmd else None,
-            "position": 0,
-            "etaSeconds": 0.0,
-            "enqueuedAt": now,
-            "heldAt": now,
-            "leaseExpiresAt": None,
-            "heartbeatAt": None,
-            "fence": None,
-        }
+        return wire.Ticket(
+            ticket_id=ticket_id,
+            lane=lane,
+            state="held",
+            machine_id=cmd.machine_id if cmd else None,
+            claim_id=cmd.claim_id if cmd else None,
+            project=cmd.project if cmd else None,
+            scene=cmd.scene if cmd else None,
+            prompt_hash=cmd.prompt_hash if cmd else None,
+            position=0,
+            eta_seconds=0.0,
+            enqueued_at=now,
+            held_at=now,
+            lease_expires_at=None,
+            heartbeat_at=None,
+            fence=None,
+        )
 
-    def _unenforced_reply(self, lane: str, cmd: Acquire | None, ticket_id: str) -> dict[str, Any]:
+    def _unenforced_reply(self, lane: str, cmd: Acquire | None, ticket_id: str) -> wire.LaneReply:
         ticket = self._unlimited_ticket(lane, cmd, ticket_id)
-        return {
-            "lane": lane,
-            "enforced": False,
-            "ticket": ticket,
-            "granted": True,
-            "duplicate": False,
-            "owner": {"machineId": ticket["machineId"], "claimId": ticket["claimId"]},
-            "pause": None,
-        }
+        return wire.LaneReply(
+            coordinator=COORDINATOR_KIND,
+            lane=lane,
+            enforced=False,
+            ticket=ticket,
+            granted=True,
+            duplicate=False,
+            owner=wire.Owner(machine_id=ticket.machine_id, claim_id=ticket.claim_id),
+            pause=None,
+        )
 
     # ---------------------------------------------------------------- operations
 
-    async def acquire(self, lane: str, cmd: Acquire) -> dict[str, Any]:
+    async def acquire(self, lane: str, cmd: Acquire) -> wire.LaneReply:
         if not self.enforced(lane):
             return self._unenforced_reply(lane, cmd, UNLIMITED_PREFIX + str(uuid.uuid4()))
 
-        async def job(ctx: Ctx) -> dict[str, Any]:
+        async def job(ctx: Ctx) -> wire.LaneReply:
             reply, fx = ctx.core.acquire(cmd, ctx.now)
             ctx.fx.extend(fx)
             return reply
 
-        result: dict[str, Any] = await self._job(lane, job, create=True)
+        result: wire.LaneReply = await self._job(lane, job, create=True)
         return result
 
-    async def await_(self, lane: str, call: TicketCall, wait_seconds: float) -> dict[str, Any]:
+    async def await_(self, lane: str, call: TicketCall, wait_seconds: float) -> wire.LaneReply:
         if not self.enforced(lane) or call.ticket_id.startswith(UNLIMITED_PREFIX):
             if self.enforced(lane):
                 raise NotFound(f"ticketId: no ticket {call.ticket_id!r} in lane {lane}")
@@ -140,7 +153,7 @@ class LaneService:
         deadline = self.clock.now() + wait_seconds
         parked: list[asyncio.Future[None]] = []
 
-        async def first(ctx: Ctx) -> dict[str, Any]:
+        async def first(ctx: Ctx) -> wire.LaneReply:
             ended = await self._ended(ctx, call.ticket_id)
             reply, fx, park = ctx.core.await_(call, ctx.now, ended)
             ctx.fx.extend(fx)
@@ -148,14 +161,14 @@ class LaneService:
                 parked.append(ctx.park(call.ticket_id))
             return reply
 
-        async def again(ctx: Ctx) -> dict[str, Any]:
+        async def again(ctx: Ctx) -> wire.LaneReply:
             ended = await self._ended(ctx, call.ticket_id)
             reply, fx, _ = ctx.core.await_(call, ctx.now, ended)
             ctx.fx.extend(fx)
             return reply
 
         try:
-            reply: dict[str, Any] = await self._job(lane, first)
+            reply: wire.LaneReply = await self._job(lane, first)
         except _NoLane:
             raise NotFound(f"ticketId: no ticket {call.ticket_id!r} in lane {lane}") from None
         if not parked:
@@ -173,71 +186,77 @@ class LaneService:
             raise NotFound(f"ticketId: no ticket {call.ticket_id!r} in lane {lane}") from None
         return reply
 
-    async def heartbeat(self, lane: str, cmd: Heartbeat) -> dict[str, Any]:
+    async def heartbeat(self, lane: str, cmd: Heartbeat) -> wire.HeartbeatReply:
         if not self.enforced(lane):
-            return {
-                "refreshed": True,
-                "state": "held",
-                "leaseExpiresAt": None,
-                "fence": None,
-                "reason": None,
-            }
+            return wire.HeartbeatReply(
+                coordinator=COORDINATOR_KIND,
+                refreshed=True,
+                state="held",
+                lease_expires_at=None,
+                fence=None,
+                reason=None,
+            )
 
         return await self._ticket_op(
             lane, cmd.call.ticket_id, lambda core, now, ended: core.heartbeat(cmd, now, ended)
         )
 
-    async def release(self, lane: str, cmd: Release) -> dict[str, Any]:
+    async def release(self, lane: str, cmd: Release) -> wire.ReleaseReply:
         if not self.enforced(lane):
-            return {
-                "released": True,
-                "state": "done",
-                "outcome": cmd.outcome,
-                "promoted": [],
-                "reason": None,
-            }
+            return wire.ReleaseReply(
+                coordinator=COORDINATOR_KIND,
+                released=True,
+                state="done",
+                outcome=cmd.outcome,
+                promoted=[],
+                reason=None,
+            )
 
         return await self._ticket_op(
             lane, cmd.call.ticket_id, lambda core, now, ended: core.release(cmd, now, ended)
         )
 
-    async def cooldown(self, lane: str, cmd: Cooldown) -> dict[str, Any]:
+    async def cooldown(self, lane: str, cmd: Cooldown) -> wire.CooldownReply:
         if not self.enforced(lane):
-            return {"paused": False, "extended": False, "pause": None}
+            return wire.CooldownReply(
+                coordinator=COORDINATOR_KIND, paused=False, extended=False, pause=None
+            )
 
         return await self._ticket_op(
             lane, cmd.call.ticket_id, lambda core, now, ended: core.cooldown(cmd, now, ended)
         )
 
-    async def receipt(self, lane: str, cmd: RecordReceipt) -> tuple[int, dict[str, Any]]:
+    async def receipt(self, lane: str, cmd: RecordReceipt) -> tuple[int, wire.ReceiptReply]:
         if not self.enforced(lane):
-            return 200, {"stored": False, "replay": False, "contentHashVerified": None}
+            return 200, wire.ReceiptReply(
+                coordinator=COORDINATOR_KIND, stored=False, replay=False, content_hash_verified=None
+            )
 
-        async def job(ctx: Ctx) -> tuple[int, dict[str, Any]]:
+        async def job(ctx: Ctx) -> tuple[int, wire.ReceiptReply]:
             ended = await self._ended(ctx, cmd.ticket_id)
             existing = await ctx.read(ctx.actor.store.get_receipt, cmd.receipt_id)
             reply, fx, stored = ctx.core.receipt(cmd, ctx.now, ended, existing)
             ctx.fx.extend(fx)
             return (201 if stored else 200), reply
 
-        result: tuple[int, dict[str, Any]] = await self._ticket_job(lane, cmd.ticket_id, job)
+        result: tuple[int, wire.ReceiptReply] = await self._ticket_job(lane, cmd.ticket_id, job)
         return result
 
     async def _ticket_op(
         self,
         lane: str,
         ticket_id: str,
-        op: Callable[[LaneCore, float, Ticket | None], tuple[dict[str, Any], Effects]],
-    ) -> dict[str, Any]:
+        op: Callable[[LaneCore, float, Ticket | None], tuple[R, Effects]],
+    ) -> R:
         """One call on one exact ticket: the ticket from memory, or the file once it ended."""
 
-        async def job(ctx: Ctx) -> dict[str, Any]:
+        async def job(ctx: Ctx) -> R:
             ended = await self._ended(ctx, ticket_id)
             reply, fx = op(ctx.core, ctx.now, ended)
             ctx.fx.extend(fx)
             return reply
 
-        reply: dict[str, Any] = await self._ticket_job(lane, ticket_id, job)
+        reply: R = await self._ticket_job(lane, ticket_id, job)
         return reply
 
     async def _ticket_job(self, lane: str, ticket_id: str, job: Any) -> Any:
@@ -246,99 +265,100 @@ class LaneService:
         except _NoLane:
             raise NotFound(f"ticketId: no ticket {ticket_id!r} in lane {lane}") from None
 
-    async def status(self, lane: str, include_receipts: bool) -> dict[str, Any]:
-        if not self.enforced(lane):
-            return {
-                "lane": lane,
-                "enforced": False,
-                "capacity": None,
-                "held": [],
-                "queued": [],
-                "queuedTotal": 0,
-                "pause": None,
-                "now": self.clock.now(),
-            }
+    def _unenforced_status(self, lane: str) -> wire.StatusReply:
+        return wire.StatusReply(
+            coordinator=COORDINATOR_KIND,
+            lane=lane,
+            enforced=False,
+            capacity=None,
+            held=[],
+            queued=[],
+            queued_total=0,
+            pause=None,
+            now=self.clock.now(),
+        )
 
-        async def job(ctx: Ctx) -> dict[str, Any]:
+    async def status(self, lane: str, include_receipts: bool) -> wire.StatusReply:
+        if not self.enforced(lane):
+            return self._unenforced_status(lane)
+
+        async def job(ctx: Ctx) -> wire.StatusReply:
             reply = ctx.core.status(ctx.now, STATUS_QUEUED_LIMIT)
             if include_receipts:
                 rows = await ctx.read(ctx.actor.store.recent_receipts, RECENT_RECEIPTS_LIMIT)
-                reply["recentReceipts"] = [receipt_row(r) for r in rows]
+                reply.receipts = [receipt_row(r) for r in rows]
             return reply
 
         try:
-            result: dict[str, Any] = await self._job(lane, job)
+            result: wire.StatusReply = await self._job(lane, job)
         except _NoLane:
             result = self._empty_core(lane).status(self.clock.now(), STATUS_QUEUED_LIMIT)
             if include_receipts:
-                result["recentReceipts"] = []
+                result.receipts = []
         return result
 
-    async def history(self, lane: str, limit: int, project: str | None) -> dict[str, Any]:
+    async def history(self, lane: str, limit: int, project: str | None) -> wire.HistoryReply:
         retained_limit = self.config.history_retained
         if not self.enforced(lane):
-            return {
-                "lane": lane,
-                "enforced": False,
-                "entries": [],
-                "counts": {},
-                "retained": 0,
-                "retainedLimit": retained_limit,
-            }
+            return wire.HistoryReply(
+                coordinator=COORDINATOR_KIND,
+                lane=lane,
+                enforced=False,
+                entries=[],
+                counts={},
+                retained=0,
+                retained_limit=retained_limit,
+            )
 
-        async def job(ctx: Ctx) -> dict[str, Any]:
+        async def job(ctx: Ctx) -> tuple[list[wire.HistoryEntry], int]:
             rows = await ctx.read(ctx.actor.store.history, limit, project)
-            return {
-                "lane": lane,
-                "enforced": True,
-                "entries": [history_row(t) for t in rows],
-                "retained": ctx.core.history_count,
-            }
+            return [history_row(t) for t in rows], ctx.core.history_count
 
         try:
-            reply: dict[str, Any] = await self._job(lane, job)
+            entries, retained = await self._job(lane, job)
         except _NoLane:
-            reply = {"lane": lane, "enforced": True, "entries": [], "retained": 0}
-        reply["counts"] = outcome_counts(reply["entries"])
-        reply["retainedLimit"] = retained_limit
-        return reply
+            entries, retained = [], 0
+        return wire.HistoryReply(
+            coordinator=COORDINATOR_KIND,
+            lane=lane,
+            enforced=True,
+            entries=entries,
+            counts=outcome_counts(entries),
+            retained=retained,
+            retained_limit=retained_limit,
+        )
 
     # ---------------------------------------------------------------- control-room reads
 
-    async def lanes(self) -> dict[str, Any]:
-        out = []
+    async def lanes(self) -> wire.LanesReply:
+        out: list[wire.LaneSummary] = []
         for lane in self.registry.known_lanes():
             settings = self.config.lane_settings(lane)
             if settings is None:
                 out.append(
-                    {
-                        "lane": lane,
-                        "enforced": False,
-                        "capacity": None,
-                        "held": 0,
-                        "queued": 0,
-                        "pause": None,
-                    }
+                    wire.LaneSummary(
+                        lane=lane, enforced=False, capacity=None, held=0, queued=0, pause=None
+                    )
                 )
                 continue
 
-            async def job(ctx: Ctx) -> dict[str, Any]:
+            async def job(ctx: Ctx) -> wire.LaneSummary:
                 return ctx.core.summary(ctx.now)
 
             try:
                 out.append(await self._job(lane, job))
             except _NoLane:
                 out.append(self._empty_core(lane).summary(self.clock.now()))
-        return {"lanes": out, "now": self.clock.now()}
+        return wire.LanesReply(coordinator=COORDINATOR_KIND, lanes=out, now=self.clock.now())
 
-    async def incidents(self, lane: str | None, limit: int) -> dict[str, Any]:
+    async def incidents(self, lane: str | None, limit: int) -> wire.IncidentsReply:
         lanes = [lane] if lane is not None else self.registry.known_lanes()
-        rows: list[dict[str, Any]] = []
+        rows: list[wire.Incident] = []
         for name in lanes:
             if not self.enforced(name):
                 continue
 
-            async def job(ctx: Ctx, name: str = name) -> list[dict[str, Any]]:
+            async def job(ctx: Ctx, name: str = name) -> list[wire.Incident]:
                 found = await ctx.read(ctx.actor.store.incidents, limit)
                 return [incident_row(name, i, inc) for i, inc in found]
 
@@ -346,10 +366,10 @@ class LaneService:
                 rows.extend(await self._job(name, job))
             except _NoLane:
                 continue
-        rows.sort(key=lambda r: (r["at"], r["id"]), reverse=True)
-        return {"incidents": rows[:limit]}
+        rows.sort(key=lambda r: (r.at, r.id), reverse=True)
+        return wire.IncidentsReply(coordinator=COORDINATOR_KIND, incidents=rows[:limit])
 
-    async def overview(self, q: OverviewQuery) -> dict[str, Any]:
+    async def overview(self, q: OverviewQuery) -> wire.Overview:
         """Every lane in one bounded read: what the control room's periodic refresh needs.
 
         One job per lane (run concurrently), each reading only bounded rows: the lane's
@@ -357,111 +377,106 @@ class LaneService:
         its newest `q.receipts` receipts (no payload) plus the mismatched ones among the
         newest RECENT_RECEIPTS_LIMIT, and its newest `q.incidents` incidents. The render log
         (`log`) is the newest `q.limit` rows of `q.lane` (every lane when None), filtered by
-        `q.project`. Machines are added by the HTTP layer (presence lives there).
+        `q.project`. `machines` is left empty: the HTTP layer fills it (presence lives there).
         """
         now = self.clock.now()
         lanes = self.registry.known_lanes()
         views = await asyncio.gather(*(self._overview_lane(lane, q) for lane in lanes))
         incidents = [row for v in views for row in v.incidents]
-        incidents.sort(key=lambda r: (r["at"], r["id"]), reverse=True)
+        incidents.sort(key=lambda r: (r.at, r.id), reverse=True)
         log_rows = [row for v in views for row in v.log]
-        log_rows.sort(key=lambda r: float(r["endedAt"] or 0.0), reverse=True)
+        log_rows.sort(key=lambda r: float(r.ended_at or 0.0), reverse=True)
         log_rows = log_rows[: q.limit]
-        in_log = [v for v in views if q.lane is None or v.lane["lane"] == q.lane]
-        return {
-            "now": now,
-            "limits": {
-                "history": q.history,
-                "queued": q.queued,
-                "receipts": q.receipts,
-                "incidents": q.incidents,
-                "limit": q.limit,
-            },
-            "lanes": [v.lane for v in views],
-            "incidents": incidents[: q.incidents],
-            "log": {
-                "lane": q.lane,
-                "project": q.project,
-                "entries": log_rows,
-                "counts": outcome_counts(log_rows),
-                "retained": sum(int(v.lane["history"]["retained"]) for v in in_log),
-                "retainedLimit": self.config.history_retained,
-            },
-        }
+        in_log = [v for v in views if q.lane is None or v.lane.lane == q.lane]
+        return wire.Overview(
+            coordinator=COORDINATOR_KIND,
+            now=now,
+            limits=wire.OverviewLimits(
+                history=q.history,
+                queued=q.queued,
+                receipts=q.receipts,
+                incidents=q.incidents,
+                limit=q.limit,
+            ),
+            lanes=[v.lane for v in views],
+            incidents=incidents[: q.incidents],
+            machines=[],
+            log=wire.OverviewLog(
+                lane=q.lane,
+                project=q.project,
+                entries=log_rows,
+                counts=outcome_counts(log_rows),
+                retained=sum(v.lane.history.retained for v in in_log),
+                retained_limit=self.config.history_retained,
+            ),
+        )
 
     async def _overview_lane(self, lane: str, q: OverviewQuery) -> _LaneView:
         in_log = q.lane is None or q.lane == lane
         if not self.enforced(lane):
-            view = {
-                "lane": lane,
-                "enforced": False,
-                "capacity": None,
-                "held": [],
-                "queued": [],
-                "queuedTotal": 0,
-                "pause": None,
-                "now": self.clock.now(),
-            }
-            return _LaneView({**view, **_nothing_yet()}, [], [])
+            return _LaneView(_overview_lane(self._unenforced_status(lane)), [], [])
 
         async def job(ctx: Ctx) -> _LaneView:
             core = ctx.core
             store = ctx.actor.store
-            view = core.status(ctx.now, q.queued)
+            status = core.status(ctx.now, q.queued)
             # one history read serves the timeline and, unfiltered, the render log
             shared = in_log and q.project is None
             n = max(q.history, q.limit) if shared else q.history
-            rows = [history_row(t) for t in await ctx.read(store.history, n, None)] if n else []
-            log = rows[: q.limit] if shared else []
+            tickets = await ctx.read(store.history, n, None) if n else []
+            logged = tickets[: q.limit] if shared else []
             if in_log and not shared:
-                log = [history_row(t) for t in await ctx.read(store.history, q.limit, q.project)]
+                logged = await ctx.read(store.history, q.limit, q.project)
+            rows = [history_row(t) for t in tickets[: q.history]]
             recs = await ctx.read(store.recent_receipts, RECENT_RECEIPTS_LIMIT)
             found = await ctx.read(store.incidents, q.incidents)
             live = [t.project for t in core.live.values()]
             served = sorted(core.served, key=lambda p: core.served[p], reverse=True)
-            view["history"] = {"entries": rows[: q.history], "retained": core.history_count}
-            view["recentReceipts"] = [_receipt_summary(r) for r in recs[: q.receipts]]
-            view["receiptMismatches"] = [
-                _receipt_summary(r) for r in recs if r.content_hash_verified is False
-            ]
-            view["projects"] = _projects([*live, *served, *(r["project"] for r in rows)])
+            view = _overview_lane(
+                status,
+                history=wire.LaneHistory(entries=rows, retained=core.history_count),
+                recent_receipts=[receipt_summary(r) for r in recs[: q.receipts]],
+                receipt_mismatches=[
+                    receipt_summary(r) for r in recs if r.content_hash_verified is False
+                ],
+                projects=_projects([*live, *served, *(t.project for t in tickets)]),
+            )
             return _LaneView(
                 view,
                 [incident_row(lane, i, inc) for i, inc in found],
-                [{"lane": lane, **r} for r in log],
+                [log_row(lane, t) for t in logged],
             )
 
         try:
             result: _LaneView = await self._job(lane, job)
         except _NoLane:
-            view = self._empty_core(lane).status(self.clock.now(), q.queued)
-            view.update(_nothing_yet())
-            result = _LaneView(view, [], [])
+            status = self._empty_core(lane).status(self.clock.now(), q.queued)
+            result = _LaneView(_overview_lane(status), [], [])
         return result
 
-    async def evidence(self, lane: str, ticket_id: str | None) -> dict[str, Any]:
+    async def evidence(self, lane: str, ticket_id: str | None) -> wire.EvidenceReply:
         now = self.clock.now()
-        unknown = UNKNOWN
-        job_evidence: dict[str, Any] | None = None
-        coord: dict[str, Any] = {"machinesSeen": [], "distinctMachines": 0, "collision": None}
+        job_evidence: wire.JobEvidence | None = None
+        coord = wire.CoordinatorEvidence(machines_seen=[], distinct_machines=0, collision=None)
         if self.enforced(lane):
 
-            async def job(ctx: Ctx) -> tuple[dict[str, Any], dict[str, Any] | None]:
+            async def job(ctx: Ctx) -> tuple[wire.CoordinatorEvidence, wire.JobEvidence | None]:
                 core = ctx.core
-                seen: list[dict[str, Any]] = sorted(
+                seen = sorted(
                     (
-                        {"machineId": m, "lastSeenAt": at}
+                        wire.MachineSeen(machine_id=m, last_seen_at=at)
                         for m, at in core.machines_seen.items()
                         if now - at <= EVIDENCE_RECENT_SECONDS
                     ),
-                    key=lambda r: float(r["lastSeenAt"]),
+                    key=lambda r: r.last_seen_at,
                     reverse=True,
                 )
-                c = {
-                    "machinesSeen": seen,
-                    "distinctMachines": len(seen),
-                    "collision": core.last_collision,
-                }
+                collision = core.last_collision
+                c = wire.CoordinatorEvidence(
+                    machines_seen=seen,
+                    distinct_machines=len(seen),
+                    collision=None if collision is None else _collision(collision),
+                )
                 if ticket_id is None:
                     return c, None
                 t = core.live.get(ticket_id) or await ctx.read(
@@ -470,29 +485,31 @@ class LaneService:
                 if t is None:
                     return c, _unknown_job(ticket_id)
                 recs = await ctx.read(ctx.actor.store.receipts_for_ticket, ticket_id)
-                by_phase: dict[str, Any] = {p.value: unknown for p in ReceiptPhase}
+                by_phase: dict[str, list[wire.ReceiptRow] | wire.Unknown] = {
+                    p.value: UNKNOWN for p in ReceiptPhase
+                }
                 for r in recs:
                     if r.ticket_id != ticket_id:
                         continue
                     cur = by_phase.get(r.phase)
                     row = receipt_row(r)
                     by_phase[r.phase] = [row] if not isinstance(cur, list) else [*cur, row]
-                return c, {
-                    "ticketId": ticket_id,
-                    "found": True,
-                    "identity": {
-                        "project": t.project,
-                        "scene": t.scene,
-                        "promptHash": t.prompt_hash,
-                        "machineId": t.machine_id,
-                        "claimId": t.claim_id,
-                    },
-                    "state": t.state.value,
-                    "outcome": t.outcome,
-                    "fence": t.fence,
-                    "receipts": by_phase,
-                    "complete": all(v != unknown for v in by_phase.values()),
-                }
+                return c, wire.JobEvidence(
+                    ticket_id=ticket_id,
+                    found=True,
+                    identity=wire.JobIdentity(
+                        project=t.project,
+                        scene=t.scene,
+                        prompt_hash=t.prompt_hash,
+                        machine_id=t.machine_id,
+                        claim_id=t.claim_id,
+                    ),
+                    state=t.state.value,
+                    outcome=t.outcome,
+                    fence=t.fence,
+                    receipts=by_phase,
+                    complete=all(v != UNKNOWN for v in by_phase.values()),
+                )
 
             try:
                 coord, job_evidence = await self._job(lane, job)
@@ -501,24 +518,56 @@ class LaneService:
                     job_evidence = _unknown_job(ticket_id)
         elif ticket_id is not None:  # unenforced: the coordinator keeps nothing of its tickets
             job_evidence = _unknown_job(ticket_id)
-        return {
-            "lane": lane,
-            "enforced": self.enforced(lane),
-            "coordinatorEvidence": coord,
-            "jobEvidence": job_evidence,
-            "now": now,
-        }
+        return wire.EvidenceReply(
+            coordinator=COORDINATOR_KIND,
+            lane=lane,
+            enforced=self.enforced(lane),
+            coordinator_evidence=coord,
+            job_evidence=job_evidence,
+            now=now,
+        )
 
 
-def _unknown_job(ticket_id: str) -> dict[str, Any]:
+def _collision(stored: dict[str, Any]) -> wire.Collision:
+    """The lane's latest collision, as the core recorded it (an incident's detail)."""
+    return msgspec.convert(stored, wire.Collision)
+
+
+def _unknown_job(ticket_id: str) -> wire.JobEvidence:
     """Job evidence for a ticket the coordinator has no record of: everything `unknown`."""
-    return {
-        "ticketId": ticket_id,
-        "found": False,
-        "identity": UNKNOWN,
-        "receipts": {p.value: UNKNOWN for p in ReceiptPhase},
-        "complete": False,
-    }
+    return wire.JobEvidence(
+        ticket_id=ticket_id,
+        found=False,
+        identity=UNKNOWN,
+        receipts={p.value: UNKNOWN for p in ReceiptPhase},
+        complete=False,
+    )
+
+
+def _overview_lane(
+    status: wire.StatusReply,
+    *,
+    history: wire.LaneHistory | None = None,
+    recent_receipts: list[wire.ReceiptSummary] | None = None,
+    receipt_mismatches: list[wire.ReceiptSummary] | None = None,
+    projects: list[str] | None = None,
+) -> wire.OverviewLane:
+    """A lane's status plus the overview's bounded reads; a lane with no file yet, or an
+    unenforced one, has empty lists and `retained: 0`."""
+    return wire.OverviewLane(
+        lane=status.lane,
+        enforced=status.enforced,
+        capacity=status.capacity,
+        held=status.held,
+        queued=status.queued,
+        queued_total=status.queued_total or 0,
+        pause=status.pause,
+        now=status.now,
+        history=history or wire.LaneHistory(entries=[], retained=0),
+        recent_receipts=recent_receipts or [],
+        receipt_mismatches=receipt_mismatches or [],
+        projects=projects or [],
+    )
 
 
 @dataclass(frozen=True)
@@ -536,26 +585,9 @@ class OverviewQuery:
 
 @dataclass
 class _LaneView:
-    lane: dict[str, Any]
-    incidents: list[dict[str, Any]]
-    log: list[dict[str, Any]]
-
-
-def _nothing_yet() -> dict[str, Any]:
-    """The overview's per-lane reads of a lane with no file, or an unenforced one."""
-    return {
-        "history": {"entries": [], "retained": 0},
-        "recentReceipts": [],
-        "receiptMismatches": [],
-        "projects": [],
-    }
-
-
-def _receipt_summary(r: Receipt) -> dict[str, Any]:
-    """A receipt row without its payload (the overview stays small; evidence has it)."""
-    row = receipt_row(r)
-    del row["payload"]
-    return row
+    lane: wire.OverviewLane
+    incidents: list[wire.Incident]
+    log: list[wire.LogEntry]
 
 
 def _projects(names: list[str]) -> list[str]:

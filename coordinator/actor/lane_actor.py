@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import structlog
 
 from coordinator.clock import Clock
-from coordinator.constants import MAILBOX_BATCH_MAX
+from coordinator.constants import COORDINATOR_KIND, MAILBOX_BATCH_MAX
 from coordinator.core.lane import LaneCore
 from coordinator.core.model import (
     Effects,
@@ -112,7 +112,9 @@ class LaneActor:
 
     async def _load(self) -> None:
         snapshot = await self._run(self.store.load, self.lane)
-        self.core = LaneCore(self.lane, self.settings, snapshot, self.clock.now())
+        self.core = LaneCore(
+            self.lane, self.settings, snapshot, self.clock.now(), coordinator=COORDINATOR_KIND
+        )
 
     async def stop(self) -> None:
         if self.closed:

@@ -7,6 +7,7 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
+from coordinator.constants import ETA_HOLD_SAMPLE_SIZE
 from coordinator.core.commands import (
     Acquire,
     Cooldown,
@@ -35,9 +36,14 @@ from coordinator.core.model import (
     Ticket,
     TicketState,
 )
-from coordinator.errors import NotFound, NotHolder, NotOwner, ReceiptConflict, TicketNotHeld
-
-ETA_HOLD_SAMPLE_SIZE = 20
+from coordinator.protocol import replies as wire
+from coordinator.protocol.errors import (
+    NotFound,
+    NotHolder,
+    NotOwner,
+    ReceiptConflict,
+    TicketNotHeld,
+)
 
 # A project never granted in this lane sorts before every granted one.
 _NEVER_SERVED = 0
@@ -58,10 +64,23 @@ class LaneCore:
     the same `now`. An operation may raise a LaneError (not-found, not-owner, ...); it does
     so before changing anything, but time-driven changes (reaps, grants, a pause ending)
     belong to `advance` and must be persisted even when the operation is refused.
+
+    Replies are protocol Structs (`coordinator.protocol.replies`); `coordinator` is the kind
+    of host the core answers for ("actor-sqlite" in the server, "local-sqlite" in the
+    client's local queue), which every top-level reply names.
     """
 
-    def __init__(self, lane: str, settings: LaneSettings, snapshot: LaneSnapshot, now: float):
+    def __init__(
+        self,
+        lane: str,
+        settings: LaneSettings,
+        snapshot: LaneSnapshot,
+        now: float,
+        *,
+        coordinator: str = "",
+    ):
         self.lane = lane
+        self.coordinator = coordinator
         self.settings = settings
         self.last_fence = snapshot.last_fence
         self.next_seq = snapshot.next_seq
@@ -243,7 +262,7 @@ class LaneCore:
         now: float,
         position: int | None = None,
         free: list[float] | None = None,
-    ) -> dict[str, Any]:
+    ) -> wire.Ticket:
         pos: int | None
         eta: float | None
         if t.state is TicketState.QUEUED:
@@ -253,64 +272,66 @@ class LaneCore:
             pos, eta = 0, 0.0
         else:
             pos, eta = None, None
-        return {
-            "ticketId": t.ticket_id,
-            "lane": t.lane,
-            "state": t.state.value,
-            "machineId": t.machine_id,
-            "claimId": t.claim_id,
-            "project": t.project,
-            "scene": t.scene,
-            "promptHash": t.prompt_hash,
-            "position": pos,
-            "etaSeconds": eta,
-            "enqueuedAt": t.enqueued_at,
-            "heldAt": t.held_at,
-            "leaseExpiresAt": t.lease_expires_at if t.state is TicketState.HELD else None,
-            "heartbeatAt": t.heartbeat_at,
-            "fence": t.fence,
-        }
+        return wire.Ticket(
+            ticket_id=t.ticket_id,
+            lane=t.lane,
+            state=t.state.value,
+            machine_id=t.machine_id,
+            claim_id=t.claim_id,
+            project=t.project,
+            scene=t.scene,
+            prompt_hash=t.prompt_hash,
+            position=pos,
+            eta_seconds=eta,
+            enqueued_at=t.enqueued_at,
+            held_at=t.held_at,
+            lease_expires_at=t.lease_expires_at if t.state is TicketState.HELD else None,
+            heartbeat_at=t.heartbeat_at,
+            fence=t.fence,
+        )
 
-    def pause_view(self, now: float) -> dict[str, Any] | None:
+    def pause_view(self, now: float) -> wire.Pause | None:
         return self.pause.wire() if self.pause is not None and self.paused(now) else None
 
     def lane_reply(
         self, t: Ticket, now: float, *, caller_owns: bool, duplicate: bool
-    ) -> dict[str, Any]:
-        return {
-            "lane": self.lane,
-            "enforced": True,
-            "ticket": self.ticket_view(t, now),
-            "granted": t.state is TicketState.HELD and caller_owns,
-            "duplicate": duplicate,
-            "owner": {"machineId": t.machine_id, "claimId": t.claim_id},
-            "pause": self.pause_view(now),
-        }
+    ) -> wire.LaneReply:
+        return wire.LaneReply(
+            coordinator=self.coordinator,
+            lane=self.lane,
+            enforced=True,
+            ticket=self.ticket_view(t, now),
+            granted=t.state is TicketState.HELD and caller_owns,
+            duplicate=duplicate,
+            owner=wire.Owner(machine_id=t.machine_id, claim_id=t.claim_id),
+            pause=self.pause_view(now),
+        )
 
-    def status(self, now: float, queued_limit: int) -> dict[str, Any]:
+    def status(self, now: float, queued_limit: int) -> wire.StatusReply:
         free = self._slot_free_times(now)
         held = sorted(self.held.values(), key=lambda t: t.fence or 0)
         queued = self.promotion_order(queued_limit)
-        return {
-            "lane": self.lane,
-            "enforced": True,
-            "capacity": self.settings.capacity,
-            "held": [self.ticket_view(t, now, 0, free) for t in held],
-            "queued": [self.ticket_view(t, now, i + 1, free) for i, t in enumerate(queued)],
-            "queuedTotal": self.queued_count(),
-            "pause": self.pause_view(now),
-            "now": now,
-        }
+        return wire.StatusReply(
+            coordinator=self.coordinator,
+            lane=self.lane,
+            enforced=True,
+            capacity=self.settings.capacity,
+            held=[self.ticket_view(t, now, 0, free) for t in held],
+            queued=[self.ticket_view(t, now, i + 1, free) for i, t in enumerate(queued)],
+            queued_total=self.queued_count(),
+            pause=self.pause_view(now),
+            now=now,
+        )
 
-    def summary(self, now: float) -> dict[str, Any]:
-        return {
-            "lane": self.lane,
-            "enforced": True,
-            "capacity": self.settings.capacity,
-            "held": len(self.held),
-            "queued": self.queued_count(),
-            "pause": self.pause_view(now),
-        }
+    def summary(self, now: float) -> wire.LaneSummary:
+        return wire.LaneSummary(
+            lane=self.lane,
+            enforced=True,
+            capacity=self.settings.capacity,
+            held=len(self.held),
+            queued=self.queued_count(),
+            pause=self.pause_view(now),
+        )
 
     # ------------------------------------------------------------------ time
 
@@ -434,7 +455,7 @@ class LaneCore:
 
     # ------------------------------------------------------------------ commands
 
-    def acquire(self, cmd: Acquire, now: float) -> tuple[dict[str, Any], Effects]:
+    def acquire(self, cmd: Acquire, now: float) -> tuple[wire.LaneReply, Effects]:
         fx = Effects()
         self.tick(now, fx)
         self._seen(cmd.machine_id, now)
@@ -493,7 +514,7 @@ class LaneCore:
 
     def await_(
         self, call: TicketCall, now: float, ended: Ticket | None
-    ) -> tuple[dict[str, Any], Effects, bool]:
+    ) -> tuple[wire.LaneReply, Effects, bool]:
         """Reply, effects, and whether the caller should park (the ticket is still queued)."""
         fx = Effects()
         self.tick(now, fx)
@@ -507,7 +528,7 @@ class LaneCore:
 
     def heartbeat(
         self, cmd: Heartbeat, now: float, ended: Ticket | None
-    ) -> tuple[dict[str, Any], Effects]:
+    ) -> tuple[wire.HeartbeatReply, Effects]:
         fx = Effects()
         self.tick(now, fx)
         call = cmd.call
@@ -531,17 +552,18 @@ class LaneCore:
         else:
             reason = t.state.value  # "expired" or "done"
         mine = reason != "not-owner"
-        return {
-            "refreshed": reason is None,
-            "state": t.state.value,
-            "leaseExpiresAt": t.lease_expires_at if mine and t.state is TicketState.HELD else None,
-            "fence": t.fence if mine else None,
-            "reason": reason,
-        }, fx
+        return wire.HeartbeatReply(
+            coordinator=self.coordinator,
+            refreshed=reason is None,
+            state=t.state.value,
+            lease_expires_at=t.lease_expires_at if mine and t.state is TicketState.HELD else None,
+            fence=t.fence if mine else None,
+            reason=reason,
+        ), fx
 
     def release(
         self, cmd: Release, now: float, ended: Ticket | None
-    ) -> tuple[dict[str, Any], Effects]:
+    ) -> tuple[wire.ReleaseReply, Effects]:
         fx = Effects()
         self.tick(now, fx)
         call = cmd.call
@@ -574,17 +596,18 @@ class LaneCore:
             reason = "expired"
         else:
             reason = "already-done"
-        return {
-            "released": released,
-            "state": t.state.value,
-            "outcome": t.outcome,
-            "promoted": fx.promoted[promoted_before:],
-            "reason": reason,
-        }, fx
+        return wire.ReleaseReply(
+            coordinator=self.coordinator,
+            released=released,
+            state=t.state.value,
+            outcome=t.outcome,
+            promoted=fx.promoted[promoted_before:],
+            reason=reason,
+        ), fx
 
     def cooldown(
         self, cmd: Cooldown, now: float, ended: Ticket | None
-    ) -> tuple[dict[str, Any], Effects]:
+    ) -> tuple[wire.CooldownReply, Effects]:
         fx = Effects()
         self.tick(now, fx)
         call = cmd.call
@@ -649,7 +672,10 @@ class LaneCore:
                 },
             )
         assert self.pause is not None
-        return {"paused": True, "extended": extended, "pause": self.pause.wire()}, fx
+        reply = wire.CooldownReply(
+            coordinator=self.coordinator, paused=True, extended=extended, pause=self.pause.wire()
+        )
+        return reply, fx
 
     def receipt(
         self,
@@ -657,7 +683,7 @@ class LaneCore:
         now: float,
         ended: Ticket | None,
         existing: Receipt | None,
-    ) -> tuple[dict[str, Any], Effects, bool]:
+    ) -> tuple[wire.ReceiptReply, Effects, bool]:
         """Reply, effects, and whether a new receipt was stored (201) or not (200)."""
         fx = Effects()
         self.tick(now, fx)
@@ -677,15 +703,13 @@ class LaneCore:
                 raise ReceiptConflict(
                     f"receiptId: {cmd.receipt_id} is already stored with another contentHash"
                 )
-            return (
-                {
-                    "stored": False,
-                    "replay": True,
-                    "contentHashVerified": existing.content_hash_verified,
-                },
-                fx,
-                False,
+            replay = wire.ReceiptReply(
+                coordinator=self.coordinator,
+                stored=False,
+                replay=True,
+                content_hash_verified=existing.content_hash_verified,
             )
+            return replay, fx, False
         verified = cmd.computed_hash == cmd.content_hash
         rec = Receipt(
             receipt_id=cmd.receipt_id,
@@ -712,7 +736,10 @@ class LaneCore:
                     "computedHash": cmd.computed_hash,
                 },
             )
-        return {"stored": True, "replay": False, "contentHashVerified": verified}, fx, True
+        stored = wire.ReceiptReply(
+            coordinator=self.coordinator, stored=True, replay=False, content_hash_verified=verified
+        )
+        return stored, fx, True
 
     def advance(self, now: float) -> Effects:
         """The alarm: reap, end pauses and promote with no client call."""

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from coordinator.protocol.replies import Pause as WirePause
+
 
 class TicketState(StrEnum):
     QUEUED = "queued"
@@ -88,15 +90,15 @@ class Pause:
     claim_id: str | None
     ticket_id: str
 
-    def wire(self) -> dict[str, Any]:
-        return {
-            "reasonCode": self.reason_code,
-            "startedAt": self.started_at,
-            "until": self.until,
-            "machineId": self.machine_id,
-            "claimId": self.claim_id,
-            "ticketId": self.ticket_id,
-        }
+    def wire(self) -> WirePause:
+        return WirePause(
+            reason_code=self.reason_code,
+            started_at=self.started_at,
+            until=self.until,
+            machine_id=self.machine_id,
+            claim_id=self.claim_id,
+            ticket_id=self.ticket_id,
+        )
 
 
 @dataclass(slots=True, frozen=True)

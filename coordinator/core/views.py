@@ -1,69 +1,103 @@
-"""Wire views of stored records (pure functions)."""
+"""Wire views of stored records (pure functions): protocol Structs built from core records."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, cast
 
 from coordinator.core.model import Incident, Receipt, Ticket
+from coordinator.protocol import replies as wire
 
 
-def history_row(t: Ticket) -> dict[str, Any]:
+def _history_fields(t: Ticket) -> dict[str, Any]:
     wait = None if t.held_at is None else max(0.0, t.held_at - t.enqueued_at)
     hold = None
     if t.held_at is not None and t.ended_at is not None:
         hold = max(0.0, t.ended_at - t.held_at)
     return {
-        "ticketId": t.ticket_id,
+        "ticket_id": t.ticket_id,
         "project": t.project,
         "scene": t.scene,
-        "promptHash": t.prompt_hash,
-        "machineId": t.machine_id,
-        "claimId": t.claim_id,
+        "prompt_hash": t.prompt_hash,
+        "machine_id": t.machine_id,
+        "claim_id": t.claim_id,
         "outcome": t.outcome,
-        "lateOutcome": t.late_outcome,
-        "providerJobId": t.provider_job_id,
+        "late_outcome": t.late_outcome,
+        "provider_job_id": t.provider_job_id,
         "note": t.note,
-        "enqueuedAt": t.enqueued_at,
-        "heldAt": t.held_at,
-        "endedAt": t.ended_at,
-        "waitSeconds": None if wait is None else round(wait, 3),
-        "holdSeconds": None if hold is None else round(hold, 3),
+        "enqueued_at": t.enqueued_at,
+        "held_at": t.held_at,
+        "ended_at": t.ended_at,
+        "wait_seconds": None if wait is None else round(wait, 3),
+        "hold_seconds": None if hold is None else round(hold, 3),
         "fence": t.fence,
     }
 
 
-def outcome_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+def history_row(t: Ticket) -> wire.HistoryEntry:
+    """A render-log row: a ticket that reached done or expired."""
+    return wire.HistoryEntry(**_history_fields(t))
+
+
+def log_row(lane: str, t: Ticket) -> wire.LogEntry:
+    """A render-log row of the overview's merged log: a history row that names its lane."""
+    return wire.LogEntry(lane=lane, **_history_fields(t))
+
+
+def outcome_counts(rows: Iterable[wire.HistoryEntry]) -> dict[str, int]:
     """outcome -> number; a release with no outcome counts under "null"."""
-    c = Counter("null" if r["outcome"] is None else r["outcome"] for r in rows)
+    c = Counter("null" if r.outcome is None else r.outcome for r in rows)
     return dict(sorted(c.items()))
 
 
-def receipt_row(r: Receipt) -> dict[str, Any]:
+def _payload(r: Receipt) -> dict[str, Any]:
+    """The stored canonical JSON of the payload (always an object: the schema requires one)."""
     try:
-        payload: Any = json.loads(r.payload_json)
+        payload = json.loads(r.payload_json)
     except ValueError:
-        payload = None
-    return {
-        "receiptId": r.receipt_id,
-        "ticketId": r.ticket_id,
-        "phase": r.phase,
-        "machineId": r.machine_id,
-        "payload": payload,
-        "contentHash": r.content_hash,
-        "contentHashVerified": r.content_hash_verified,
-        "createdAt": r.created_at,
-    }
+        return {}
+    return cast("dict[str, Any]", payload) if isinstance(payload, dict) else {}
 
 
-def incident_row(lane: str, incident_id: int, i: Incident) -> dict[str, Any]:
-    return {
-        "id": incident_id,
-        "lane": lane,
-        "kind": i.kind,
-        "at": i.at,
-        "ticketId": i.ticket_id,
-        "machineId": i.machine_id,
-        "detail": i.detail,
-    }
+def _phase(r: Receipt) -> wire.ReceiptPhase:
+    return cast("wire.ReceiptPhase", r.phase)
+
+
+def receipt_row(r: Receipt) -> wire.ReceiptRow:
+    return wire.ReceiptRow(
+        receipt_id=r.receipt_id,
+        ticket_id=r.ticket_id,
+        phase=_phase(r),
+        machine_id=r.machine_id,
+        payload=_payload(r),
+        content_hash=r.content_hash,
+        content_hash_verified=r.content_hash_verified,
+        created_at=r.created_at,
+    )
+
+
+def receipt_summary(r: Receipt) -> wire.ReceiptSummary:
+    """A receipt row without its payload (the overview stays small; evidence has it)."""
+    return wire.ReceiptSummary(
+        receipt_id=r.receipt_id,
+        ticket_id=r.ticket_id,
+        phase=_phase(r),
+        machine_id=r.machine_id,
+        content_hash=r.content_hash,
+        content_hash_verified=r.content_hash_verified,
+        created_at=r.created_at,
+    )
+
+
+def incident_row(lane: str, incident_id: int, i: Incident) -> wire.Incident:
+    return wire.Incident(
+        id=incident_id,
+        lane=lane,
+        kind=i.kind,
+        at=i.at,
+        ticket_id=i.ticket_id,
+        machine_id=i.machine_id,
+        detail=i.detail,
+    )

@@ -40,8 +40,12 @@ from coordinator.core.commands import (
     Release,
     TicketCall,
 )
-from coordinator.core.receipts import canonical_json, check_receipt_id, content_hash
-from coordinator.errors import (
+from coordinator.http.openapi import openapi_bytes
+from coordinator.http.presence import Presence
+from coordinator.metrics import CONTENT_TYPE, Metrics
+from coordinator.protocol import replies as wire
+from coordinator.protocol import requests as S
+from coordinator.protocol.errors import (
     BadRequest,
     LaneError,
     MethodNotAllowed,
@@ -53,11 +57,8 @@ from coordinator.errors import (
     UnsupportedMediaType,
     UnsupportedProtocol,
 )
-from coordinator.http import schemas as S
-from coordinator.http.openapi import openapi_bytes
-from coordinator.http.presence import Presence
-from coordinator.metrics import CONTENT_TYPE, Metrics
-from coordinator.names import parse_lane
+from coordinator.protocol.names import parse_lane
+from coordinator.protocol.receipts import canonical_json, check_receipt_id, content_hash
 from coordinator.service import LaneService, OverviewQuery, new_ticket_id
 
 log = structlog.get_logger("coordinator.http")
@@ -79,24 +80,19 @@ SERVER_HEADER = "lane-coordinator"  # never the Python or aiohttp version
 setattr(web_response, "SERVER_SOFTWARE", SERVER_HEADER)  # noqa: B010
 
 
-def _json(data: dict[str, Any], status: int = 200) -> web.Response:
+def _json(reply: wire.Wire, status: int = 200) -> web.Response:
+    """A protocol reply, encoded (every /v1 reply already names its `coordinator`)."""
     return web.Response(
-        body=msgspec.json.encode(data), status=status, content_type="application/json"
+        body=msgspec.json.encode(reply), status=status, content_type="application/json"
     )
-
-
-def _v1(data: dict[str, Any], status: int = 200) -> web.Response:
-    return _json({"coordinator": COORDINATOR_KIND, **data}, status)
 
 
 def _error(
     request: web.Request, exc: LaneError, headers: dict[str, str] | None = None
 ) -> web.Response:
-    """SPEC's error shape; under /v1 it carries `coordinator` like every /v1 reply."""
-    body = exc.body()
-    if request.path.startswith("/v1/"):
-        body = {"coordinator": COORDINATOR_KIND, **body}
-    resp = _json(body, exc.status)
+    """The error shape; under /v1 it carries `coordinator` like every /v1 reply."""
+    v1 = request.path.startswith("/v1/")
+    resp = _json(exc.reply(COORDINATOR_KIND if v1 else None), exc.status)
     if exc.status == 401:  # RFC 6750: say which scheme to use
         resp.headers["WWW-Authenticate"] = WWW_AUTHENTICATE
     if headers:
@@ -220,9 +216,8 @@ async def _body(request: web.Request, schema: type[S.Base]) -> Any:
             f"{', '.join(str(p) for p in SUPPORTED_PROTOCOLS)}",
             supported=list(SUPPORTED_PROTOCOLS),
         )
-    data["protocolVersion"] = int(pv)  # 1.0 is version 1
     try:
-        body = msgspec.convert(data, schema)
+        body = S.convert(data, schema)  # 1.0 is version 1, "limit": 100.0 is 100
     except msgspec.ValidationError as exc:
         raise BadRequest(_validation_message(str(exc))) from None
     parse_lane(body.lane)
@@ -265,27 +260,27 @@ async def acquire(request: web.Request) -> web.Response:
         b.lease_seconds,
         new_ticket_id(),
     )
-    return _v1(await request.app[SERVICE_KEY].acquire(b.lane, cmd))
+    return _json(await request.app[SERVICE_KEY].acquire(b.lane, cmd))
 
 
 async def await_(request: web.Request) -> web.Response:
     b: S.AwaitBody = await _body(request, S.AwaitBody)
     _saw(request, b.lane, b.machine_id, b.claim_id)
-    return _v1(await request.app[SERVICE_KEY].await_(b.lane, _call(b), b.wait_seconds))
+    return _json(await request.app[SERVICE_KEY].await_(b.lane, _call(b), b.wait_seconds))
 
 
 async def heartbeat(request: web.Request) -> web.Response:
     b: S.HeartbeatBody = await _body(request, S.HeartbeatBody)
     _saw(request, b.lane, b.machine_id, b.claim_id)
     reply = await request.app[SERVICE_KEY].heartbeat(b.lane, Heartbeat(_call(b), b.lease_seconds))
-    return _v1(reply)
+    return _json(reply)
 
 
 async def release(request: web.Request) -> web.Response:
     b: S.ReleaseBody = await _body(request, S.ReleaseBody)
     _saw(request, b.lane, b.machine_id, b.claim_id)
     cmd = Release(_call(b), b.outcome, b.provider_job_id, b.note)
-    return _v1(await request.app[SERVICE_KEY].release(b.lane, cmd))
+    return _json(await request.app[SERVICE_KEY].release(b.lane, cmd))
 
 
 async def receipt(request: web.Request) -> web.Response:
@@ -310,35 +305,37 @@ async def receipt(request: web.Request) -> web.Response:
     except ReceiptConflict:
         request.app[METRICS_KEY].receipt_verdict("conflict")
         raise
-    if reply.get("replay") is True:
+    if reply.replay:
         request.app[METRICS_KEY].receipt_verdict("replay")
-    return _v1(reply, status)
+    return _json(reply, status)
 
 
 async def cooldown(request: web.Request) -> web.Response:
     b: S.CooldownBody = await _body(request, S.CooldownBody)
     _saw(request, b.lane, b.machine_id, b.claim_id)
     cmd = Cooldown(_call(b), b.reason_code, b.retry_after_seconds)
-    return _v1(await request.app[SERVICE_KEY].cooldown(b.lane, cmd))
+    return _json(await request.app[SERVICE_KEY].cooldown(b.lane, cmd))
 
 
 async def status(request: web.Request) -> web.Response:
     b: S.StatusBody = await _body(request, S.StatusBody)
     _saw(request, b.lane, b.machine_id, None)
-    return _v1(await request.app[SERVICE_KEY].status(b.lane, b.include_receipts))
+    return _json(await request.app[SERVICE_KEY].status(b.lane, b.include_receipts))
 
 
 async def history(request: web.Request) -> web.Response:
     b: S.HistoryBody = await _body(request, S.HistoryBody)
     _saw(request, b.lane, b.machine_id, None)
-    return _v1(await request.app[SERVICE_KEY].history(b.lane, b.limit, b.project))
+    return _json(await request.app[SERVICE_KEY].history(b.lane, b.limit, b.project))
 
 
 def _query_lane(request: web.Request, required: bool) -> str | None:
+    """`lane=route:account`; absent means every lane where that is allowed. An empty value is
+    not a lane name (400), as the schema says."""
     lane = request.query.get("lane")
-    if lane is None or lane == "":
-        if required:
-            raise BadRequest("lane: required query parameter")
+    if required and not lane:
+        raise BadRequest("lane: required query parameter")
+    if lane is None:
         return None
     parse_lane(lane)
     return lane
@@ -358,24 +355,27 @@ def _query_int(request: web.Request, name: str, default: int, lo: int, hi: int) 
 
 
 async def list_lanes(request: web.Request) -> web.Response:
-    return _v1(await request.app[SERVICE_KEY].lanes())
+    return _json(await request.app[SERVICE_KEY].lanes())
 
 
 async def list_incidents(request: web.Request) -> web.Response:
     lane = _query_lane(request, required=False)
     limit = _query_int(request, "limit", DEFAULT_INCIDENTS_LIMIT, 1, MAX_INCIDENTS_LIMIT)
-    return _v1(await request.app[SERVICE_KEY].incidents(lane, limit))
+    return _json(await request.app[SERVICE_KEY].incidents(lane, limit))
 
 
 async def list_machines(request: web.Request) -> web.Response:
     clock: Clock = request.app[CLOCK_KEY]  # type: ignore[assignment]
     now = clock.now()
-    return _v1({"machines": request.app[PRESENCE_KEY].view(now), "now": now})
+    machines = request.app[PRESENCE_KEY].view(now)
+    return _json(wire.MachinesReply(coordinator=COORDINATOR_KIND, machines=machines, now=now))
 
 
 async def overview(request: web.Request) -> web.Response:
     """The control room's whole refresh in one bounded read (see LaneService.overview)."""
-    project = request.query.get("project") or None
+    project = request.query.get("project")
+    if project == "":
+        raise BadRequest("project: empty; leave it out for every project")
     if project is not None and len(project) > MAX_IDENTITY_CHARS:
         raise BadRequest(f"project: at most {MAX_IDENTITY_CHARS} characters")
     q = OverviewQuery(
@@ -390,15 +390,15 @@ async def overview(request: web.Request) -> web.Response:
         limit=_query_int(request, "limit", OVERVIEW_DEFAULT_LOG_LIMIT, 1, OVERVIEW_MAX_LOG_LIMIT),
     )
     reply = await request.app[SERVICE_KEY].overview(q)
-    reply["machines"] = request.app[PRESENCE_KEY].view(reply["now"])
-    return _v1(reply)
+    reply.machines = request.app[PRESENCE_KEY].view(reply.now)
+    return _json(reply)
 
 
 async def evidence(request: web.Request) -> web.Response:
     lane = _query_lane(request, required=True)
     assert lane is not None
     ticket_id = request.query.get("ticketId") or None
-    return _v1(await request.app[SERVICE_KEY].evidence(lane, ticket_id))
+    return _json(await request.app[SERVICE_KEY].evidence(lane, ticket_id))
 
 
 async def dashboard(request: web.Request) -> web.Response:
@@ -415,7 +415,7 @@ async def openapi_json(request: web.Request) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    return _json({"ok": True})
+    return _json(wire.Healthz(ok=True))
 
 
 def control_room_html() -> bytes:

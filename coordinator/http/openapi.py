@@ -1,11 +1,11 @@
-"""The OpenAPI 3.1 document, generated from the msgspec schemas the server validates with.
+"""The OpenAPI 3.1 document, generated from the protocol Structs the server speaks.
 
-Request bodies come from `coordinator.http.schemas.SCHEMAS` through
-`msgspec.json.schema_components`, so the document cannot drift from what the server
-accepts. The error shape comes from `coordinator.errors` (every SPEC error code).
-What is written here by hand is only what has no schema class: each route's summary,
-its query parameters (limits taken from `constants`) and which error statuses it can
-answer. `tests/ops/test_openapi.py` checks the document against the router.
+Request bodies (`coordinator.protocol.requests`) and every reply and error body
+(`coordinator.protocol.replies`) come from `msgspec.json.schema_components`, so the document
+cannot drift from what the server validates and encodes. What is written here by hand is only
+what has no Struct: each route's summary, its query parameters (limits from the protocol's
+constants), and which statuses it can answer. `tests/ops/test_openapi.py` checks the document
+against the router, and `tests/ops/test_schemathesis.py` checks a running server against it.
 
 Print it: `python -m coordinator.http.openapi`.
 """
@@ -14,202 +14,20 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
+from msgspec import UNSET
 
 from coordinator import __version__
-from coordinator import constants as C
-from coordinator.errors import LaneError
-from coordinator.http import schemas as S
-from coordinator.names import LANE_RE
+from coordinator.constants import DEFAULT_MAX_BODY_BYTES, MACHINE_ONLINE_SECONDS, MIN_TOKEN_BYTES
+from coordinator.protocol import constants as C
+from coordinator.protocol import replies as wire
+from coordinator.protocol import requests as S
+from coordinator.protocol.names import LANE_PATTERN
 
 REF = "#/components/schemas/{name}"
 BEARER = "bearerAuth"
-
-
-class ErrorDetail(msgspec.Struct, kw_only=True):
-    code: str
-    message: str
-    supported: list[int] | None = None  # unsupported-protocol only
-
-
-class ErrorBody(msgspec.Struct, kw_only=True):
-    error: ErrorDetail
-
-
-class V1Reply(msgspec.Struct, kw_only=True):
-    """Every /v1 JSON reply; the rest of each reply is described in docs/protocol.md."""
-
-    coordinator: Literal["actor-sqlite"]
-
-
-class Health(msgspec.Struct, kw_only=True):
-    ok: bool
-
-
-# ---- GET /v1/overview's reply, field by field (tests decode real replies with these)
-
-
-class _Wire(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
-    pass
-
-
-class Ticket(_Wire):
-    """A ticket, as every reply shows it (null where not applicable)."""
-
-    ticket_id: str
-    lane: str
-    state: Literal["queued", "held", "done", "expired"]
-    machine_id: str | None
-    claim_id: str | None
-    project: str | None
-    scene: str | None
-    prompt_hash: str | None
-    position: int | None
-    eta_seconds: float | None
-    enqueued_at: float | None
-    held_at: float | None
-    lease_expires_at: float | None
-    heartbeat_at: float | None
-    fence: int | None
-
-
-class Pause(_Wire):
-    """An active provider cooldown of the lane."""
-
-    reason_code: str
-    started_at: float
-    until: float
-    machine_id: str
-    claim_id: str | None
-    ticket_id: str
-
-
-class HistoryEntry(_Wire):
-    """A render-log row: a ticket that reached done or expired."""
-
-    ticket_id: str
-    project: str
-    scene: str
-    prompt_hash: str
-    machine_id: str
-    claim_id: str | None
-    outcome: str | None
-    late_outcome: str | None
-    provider_job_id: str | None
-    note: str | None
-    enqueued_at: float
-    held_at: float | None
-    ended_at: float | None
-    wait_seconds: float | None
-    hold_seconds: float | None
-    fence: int | None
-
-
-class LogEntry(HistoryEntry):
-    """A render-log row of the overview's merged log: it names its lane."""
-
-    lane: str
-
-
-class LaneHistory(_Wire):
-    """The lane's newest render-log rows (at most `history`) and how many it keeps."""
-
-    entries: list[HistoryEntry]
-    retained: int
-
-
-class ReceiptSummary(_Wire):
-    """A receipt without its payload (GET /v1/evidence shows a ticket's payloads)."""
-
-    receipt_id: str
-    ticket_id: str
-    phase: str
-    machine_id: str
-    content_hash: str
-    content_hash_verified: bool | None
-    created_at: float
-
-
-class IncidentRow(_Wire):
-    id: int
-    lane: str
-    kind: str
-    at: float
-    ticket_id: str | None
-    machine_id: str | None
-    detail: dict[str, Any]
-
-
-class MachineRow(_Wire):
-    machine_id: str
-    last_seen_at: float
-    online: bool
-    seconds_since_seen: float
-    lanes: list[str]
-
-
-class OverviewLane(_Wire):
-    """One known lane: its status (held, queued in promotion order) and bounded reads."""
-
-    lane: str
-    enforced: bool
-    capacity: int | None
-    held: list[Ticket]
-    queued: list[Ticket]
-    queued_total: int
-    pause: Pause | None
-    now: float
-    history: LaneHistory
-    recent_receipts: list[ReceiptSummary]
-    receipt_mismatches: list[ReceiptSummary]
-    projects: list[str]
-
-
-class OverviewLog(_Wire):
-    """The render log of `lane` (every lane when null), filtered by `project`, newest first;
-    `counts` is over these rows, `retained` over the lanes it covers."""
-
-    lane: str | None
-    project: str | None
-    entries: list[LogEntry]
-    counts: dict[str, int]
-    retained: int
-    retained_limit: int
-
-
-class OverviewLimits(_Wire):
-    """The limits this reply was read with (the query's, or their defaults)."""
-
-    history: int
-    queued: int
-    receipts: int
-    incidents: int
-    limit: int
-
-
-class Overview(_Wire):
-    """The control room's whole periodic refresh in one bounded read."""
-
-    coordinator: Literal["actor-sqlite"]
-    now: float
-    limits: OverviewLimits
-    lanes: list[OverviewLane]
-    incidents: list[IncidentRow]
-    machines: list[MachineRow]
-    log: OverviewLog
-
-
-def _error_codes() -> list[str]:
-    codes: set[str] = set()
-    todo: list[type[LaneError]] = [LaneError]
-    while todo:
-        cls = todo.pop()
-        codes.add(cls.code)
-        todo.extend(cls.__subclasses__())
-    return sorted(codes)
-
 
 _SUMMARIES = {
     "acquire": "Deduplicate, enqueue and fill capacity",
@@ -222,7 +40,25 @@ _SUMMARIES = {
     "cooldown": "Pause the lane on a provider human check",
 }
 
-# Error statuses each operation can answer besides 400, 401, 413, 415 and 503.
+# Each POST operation's reply, by its success status.
+_REPLIES: dict[str, dict[int, tuple[type[wire.Wire], str]]] = {
+    "acquire": {200: (wire.LaneReply, "the ticket: new, or the live one of that identity")},
+    "await": {200: (wire.LaneReply, "the ticket once it is no longer queued, or at the timeout")},
+    "heartbeat": {200: (wire.HeartbeatReply, "refreshed, or why not (`reason`)")},
+    "release": {200: (wire.ReleaseReply, "released, or why not (`reason`)")},
+    "receipt": {
+        201: (wire.ReceiptReply, "stored: a new receipt"),
+        200: (wire.ReceiptReply, "not stored: a replay, or an unenforced lane"),
+    },
+    "status": {200: (wire.StatusReply, "the lane's held and queued tickets")},
+    "history": {200: (wire.HistoryReply, "the render log")},
+    "cooldown": {200: (wire.CooldownReply, "the lane's pause")},
+}
+
+# Every POST operation can answer these: a bad body or protocolVersion, no token, a body over
+# max_body_bytes, a body that is not JSON, a change that could not be committed.
+_COMMON_ERRORS = (400, 401, 413, 415, 503)
+# ...and these, about the ticket it names.
 _EXTRA_ERRORS: dict[str, tuple[int, ...]] = {
     "acquire": (),
     "await": (403, 404),
@@ -233,35 +69,52 @@ _EXTRA_ERRORS: dict[str, tuple[int, ...]] = {
     "history": (),
     "cooldown": (403, 404, 409),
 }
-_COMMON_ERRORS = (400, 401, 413, 415, 503)
 
 _ERROR_TEXT = {
     400: "bad-request or unsupported-protocol (the message names the field)",
     401: "unauthorized: a valid bearer token is required",
     403: "not-owner or not-holder",
     404: "not-found",
+    405: "method-not-allowed: the Allow header names the accepted methods",
     409: "ticket-not-held or receipt-conflict",
     413: "payload-too-large",
     415: "unsupported-media-type",
     503: "unavailable (nothing was applied; retry)",
 }
 
-
-def _error_responses(statuses: tuple[int, ...]) -> dict[str, Any]:
-    return {
-        str(code): {
-            "description": _ERROR_TEXT[code],
-            "content": {"application/json": {"schema": {"$ref": REF.format(name="ErrorBody")}}},
+_HEADERS: dict[int, dict[str, Any]] = {
+    401: {
+        "WWW-Authenticate": {
+            "description": 'the scheme to use: Bearer realm="lane-coordinator"',
+            "required": True,
+            "schema": {"type": "string"},
         }
-        for code in sorted(statuses)
-    }
+    },
+    405: {
+        "Allow": {
+            "description": "the methods the path accepts",
+            "required": True,
+            "schema": {"type": "string"},
+        }
+    },
+}
 
 
-def _json_ok(description: str, schema: str = "V1Reply") -> dict[str, Any]:
+def _json_reply(description: str, reply: type[wire.Wire]) -> dict[str, Any]:
     return {
         "description": description,
-        "content": {"application/json": {"schema": {"$ref": REF.format(name=schema)}}},
+        "content": {"application/json": {"schema": {"$ref": REF.format(name=reply.__name__)}}},
     }
+
+
+def _error_responses(statuses: tuple[int, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for code in sorted(statuses):
+        response = _json_reply(_ERROR_TEXT[code], wire.ErrorReply)
+        if code in _HEADERS:
+            response["headers"] = _HEADERS[code]
+        out[str(code)] = response
+    return out
 
 
 def _query(name: str, schema: dict[str, Any], required: bool, description: str) -> dict[str, Any]:
@@ -274,55 +127,71 @@ def _query(name: str, schema: dict[str, Any], required: bool, description: str) 
     }
 
 
-_LANE_QUERY = {"type": "string", "pattern": LANE_RE.pattern}
+_LANE_QUERY = {"type": "string", "pattern": LANE_PATTERN, "examples": [S.EXAMPLE_LANE]}
 
 
 def _int_query(lo: int, hi: int, default: int) -> dict[str, Any]:
     return {"type": "integer", "minimum": lo, "maximum": hi, "default": default}
 
 
+def _int_param(name: str, lo: int, hi: int, default: int, description: str) -> dict[str, Any]:
+    """An optional integer query parameter; absent or empty (`name=`) takes its default."""
+    param = _query(name, _int_query(lo, hi, default), False, f"{description} (empty: {default})")
+    param["allowEmptyValue"] = True
+    return param
+
+
 def _get_routes() -> dict[str, dict[str, Any]]:
-    """GET routes: (summary, query parameters, extra responses). Authenticated: /v1, /metrics."""
-    v1_errors = _error_responses((400, 401, 503))
+    """GET routes: summary, query parameters, responses. Authenticated: /v1, /metrics."""
     return {
         "/v1/lanes": {
             "summary": "Every known lane: capacity, held/queued counts, pause",
             "parameters": [],
-            "responses": {"200": _json_ok("the lanes"), **v1_errors},
+            "responses": {
+                "200": _json_reply("the lanes", wire.LanesReply),
+                **_error_responses((401, 503)),
+            },
         },
         "/v1/incidents": {
             "summary": "Incidents, newest first, of one lane or all",
             "parameters": [
                 _query("lane", _LANE_QUERY, False, "one lane (route:account); all when absent"),
-                _query(
+                _int_param(
                     "limit",
-                    {
-                        "type": "integer",
-                        "minimum": 1,
-                        "maximum": C.MAX_INCIDENTS_LIMIT,
-                        "default": C.DEFAULT_INCIDENTS_LIMIT,
-                    },
-                    False,
+                    1,
+                    C.MAX_INCIDENTS_LIMIT,
+                    C.DEFAULT_INCIDENTS_LIMIT,
                     "at most this many rows",
                 ),
             ],
-            "responses": {"200": _json_ok("the incidents"), **v1_errors},
+            "responses": {
+                "200": _json_reply("the incidents", wire.IncidentsReply),
+                **_error_responses((400, 401, 503)),
+            },
         },
         "/v1/machines": {
             "summary": (
-                f"Machine presence: online for {C.MACHINE_ONLINE_SECONDS:g} s after its last "
+                f"Machine presence: online for {MACHINE_ONLINE_SECONDS:g} s after its last "
                 "authenticated call that named it"
             ),
             "parameters": [],
-            "responses": {"200": _json_ok("the machines"), **v1_errors},
+            "responses": {
+                "200": _json_reply("the machines", wire.MachinesReply),
+                **_error_responses((401, 503)),
+            },
         },
         "/v1/evidence": {
             "summary": "Coordinator evidence of a lane and job evidence of one ticket",
             "parameters": [
                 _query("lane", _LANE_QUERY, True, "the lane (route:account)"),
-                _query("ticketId", {"type": "string"}, False, "the exact ticket"),
+                _query(
+                    "ticketId", {"type": "string"}, False, "the exact ticket; absent or empty: none"
+                ),
             ],
-            "responses": {"200": _json_ok("the evidence"), **v1_errors},
+            "responses": {
+                "200": _json_reply("the evidence", wire.EvidenceReply),
+                **_error_responses((400, 401, 503)),
+            },
         },
         "/v1/overview": {
             "summary": (
@@ -331,29 +200,33 @@ def _get_routes() -> dict[str, dict[str, Any]]:
                 "room's whole refresh, whatever the number of lanes"
             ),
             "parameters": [
-                _query(
+                _int_param(
                     "history",
-                    _int_query(0, C.OVERVIEW_MAX_HISTORY, C.OVERVIEW_DEFAULT_HISTORY),
-                    False,
+                    0,
+                    C.OVERVIEW_MAX_HISTORY,
+                    C.OVERVIEW_DEFAULT_HISTORY,
                     "render-log rows per lane, newest first (the timeline)",
                 ),
-                _query(
+                _int_param(
                     "queued",
-                    _int_query(0, C.STATUS_QUEUED_LIMIT, C.OVERVIEW_DEFAULT_QUEUED),
-                    False,
+                    0,
+                    C.STATUS_QUEUED_LIMIT,
+                    C.OVERVIEW_DEFAULT_QUEUED,
                     "queued tickets listed per lane, in promotion order (queuedTotal counts all)",
                 ),
-                _query(
+                _int_param(
                     "receipts",
-                    _int_query(0, C.RECENT_RECEIPTS_LIMIT, C.OVERVIEW_DEFAULT_RECEIPTS),
-                    False,
+                    0,
+                    C.RECENT_RECEIPTS_LIMIT,
+                    C.OVERVIEW_DEFAULT_RECEIPTS,
                     "newest receipts per lane, without payload; receiptMismatches lists "
                     f"every mismatch among the lane's newest {C.RECENT_RECEIPTS_LIMIT} anyway",
                 ),
-                _query(
+                _int_param(
                     "incidents",
-                    _int_query(1, C.MAX_INCIDENTS_LIMIT, C.DEFAULT_INCIDENTS_LIMIT),
-                    False,
+                    1,
+                    C.MAX_INCIDENTS_LIMIT,
+                    C.DEFAULT_INCIDENTS_LIMIT,
                     "incidents of every lane, newest first",
                 ),
                 _query("lane", _LANE_QUERY, False, "the render log's lane; every lane when absent"),
@@ -363,14 +236,18 @@ def _get_routes() -> dict[str, dict[str, Any]]:
                     False,
                     "the render log's project filter",
                 ),
-                _query(
+                _int_param(
                     "limit",
-                    _int_query(1, C.OVERVIEW_MAX_LOG_LIMIT, C.OVERVIEW_DEFAULT_LOG_LIMIT),
-                    False,
+                    1,
+                    C.OVERVIEW_MAX_LOG_LIMIT,
+                    C.OVERVIEW_DEFAULT_LOG_LIMIT,
                     "render-log rows in all (log.entries), newest first",
                 ),
             ],
-            "responses": {"200": _json_ok("the overview", "Overview"), **v1_errors},
+            "responses": {
+                "200": _json_reply("the overview", wire.Overview),
+                **_error_responses((400, 401, 503)),
+            },
         },
         "/v1/dashboard": {
             "summary": "Redirect to the control-room page",
@@ -378,7 +255,9 @@ def _get_routes() -> dict[str, dict[str, Any]]:
             "responses": {
                 "302": {
                     "description": "to /control-room",
-                    "headers": {"Location": {"schema": {"type": "string"}}},
+                    "headers": {
+                        "Location": {"required": True, "schema": {"type": "string"}},
+                    },
                 },
                 **_error_responses((401,)),
             },
@@ -386,23 +265,41 @@ def _get_routes() -> dict[str, dict[str, Any]]:
     }
 
 
+def _reply_structs(names: list[str]) -> dict[str, type[wire.Wire]]:
+    """The reply Structs (and the objects nested in them) among the components."""
+    out: dict[str, type[wire.Wire]] = {}
+    for name in names:
+        cls = getattr(wire, name, None)
+        if isinstance(cls, type) and issubclass(cls, wire.Wire):
+            out[name] = cls
+    return out
+
+
+def _sent_fields(cls: type[msgspec.Struct]) -> list[str]:
+    """The fields the server always sends: all but those that may be UNSET (left out)."""
+    return [f.encode_name for f in msgspec.structs.fields(cls) if f.default is not UNSET]
+
+
 @functools.cache
 def openapi_document() -> dict[str, Any]:
     bodies = [S.SCHEMAS[name] for name in sorted(S.SCHEMAS)]
-    _, components = msgspec.json.schema_components(
-        [*bodies, ErrorBody, V1Reply, Health, Overview], ref_template=REF
-    )
-    components["ErrorDetail"]["properties"]["code"]["enum"] = _error_codes()
+    _, components = msgspec.json.schema_components([*bodies, *wire.REPLIES], ref_template=REF)
+    assert REF.format(name="JsonValue") == S.JSON_VALUE_REF
+    components["JsonValue"] = S.JSON_VALUE_SCHEMA
+    # Replies decode leniently (a client reading an older or newer server), but this server
+    # always sends every field that is not UNSET: the document says so.
+    for name, cls in _reply_structs(list(components)).items():
+        required = _sent_fields(cls)
+        if required:
+            components[name]["required"] = required
     auth: list[dict[str, list[str]]] = [{BEARER: []}]
     paths: dict[str, Any] = {}
     for name in sorted(S.SCHEMAS):
         schema = S.SCHEMAS[name]
-        ok: dict[str, Any] = {"200": _json_ok("the operation's reply")}
-        if name == "receipt":
-            ok = {
-                "201": _json_ok("stored: a new receipt"),
-                "200": _json_ok("not stored: a replay, or an unenforced lane"),
-            }
+        ok = {
+            str(status): _json_reply(text, reply)
+            for status, (reply, text) in _REPLIES[name].items()
+        }
         paths[f"/v1/lanes/{name}"] = {
             "post": {
                 "operationId": f"lanes_{name}",
@@ -443,7 +340,7 @@ def openapi_document() -> dict[str, Any]:
             "operationId": "healthz",
             "summary": "Liveness; public; no queue data",
             "security": [],
-            "responses": {"200": _json_ok("alive", "Health")},
+            "responses": {"200": _json_reply("alive", wire.Healthz)},
         }
     }
     paths["/openapi.json"] = {
@@ -479,19 +376,22 @@ def openapi_document() -> dict[str, Any]:
             "version": __version__,
             "description": (
                 "Lease coordinator for shared provider accounts. Every POST body carries "
-                f"protocolVersion (supported: {list(C.SUPPORTED_PROTOCOLS)}); unknown fields "
-                "are ignored; bodies are bounded by max_body_bytes (default "
-                f"{C.DEFAULT_MAX_BODY_BYTES} bytes). Reply shapes: docs/protocol.md."
+                f"protocolVersion (supported: {list(C.SUPPORTED_PROTOCOLS)}; any other "
+                "integer is 400 unsupported-protocol); unknown fields are ignored; bodies are "
+                f"bounded by max_body_bytes (default {DEFAULT_MAX_BODY_BYTES} bytes). Every "
+                "/v1 reply, errors included, names the coordinator that answered. A method a "
+                "path does not serve is 405 method-not-allowed with an Allow header."
             ),
         },
         "paths": paths,
         "components": {
             "schemas": components,
+            "responses": {"MethodNotAllowed": _error_responses((405,))["405"]},
             "securitySchemes": {
                 BEARER: {
                     "type": "http",
                     "scheme": "bearer",
-                    "description": "a coordinator token (at least 32 bytes)",
+                    "description": f"a coordinator token (at least {MIN_TOKEN_BYTES} bytes)",
                 }
             },
         },

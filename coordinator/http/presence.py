@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from coordinator.constants import MACHINE_ONLINE_SECONDS
+from coordinator.protocol.replies import Machine
 
 
 @dataclass(slots=True)
@@ -31,16 +31,16 @@ class Presence:
             if len(seen.claims) > 32:  # bounded: a long-running server sees many claims
                 seen.claims.pop()
 
-    def view(self, now: float) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = [
-            {
-                "machineId": m,
-                "lastSeenAt": s.last_seen_at,
-                "online": now - s.last_seen_at <= MACHINE_ONLINE_SECONDS,
-                "secondsSinceSeen": round(max(0.0, now - s.last_seen_at), 3),
-                "lanes": sorted(s.lanes),
-            }
+    def view(self, now: float) -> list[Machine]:
+        rows = [
+            Machine(
+                machine_id=m,
+                last_seen_at=s.last_seen_at,
+                online=now - s.last_seen_at <= MACHINE_ONLINE_SECONDS,
+                seconds_since_seen=round(max(0.0, now - s.last_seen_at), 3),
+                lanes=sorted(s.lanes),
+            )
             for m, s in self._machines.items()
         ]
-        rows.sort(key=lambda r: float(r["lastSeenAt"]), reverse=True)
+        rows.sort(key=lambda r: r.last_seen_at, reverse=True)
         return rows

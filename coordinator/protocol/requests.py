@@ -1,0 +1,197 @@
+"""Request bodies (msgspec Structs), one per POST operation. camelCase on the wire; unknown
+fields are ignored. The server validates every body with these, and so does the client's local
+queue, so both refuse the same input with the same message."""
+
+from __future__ import annotations
+
+import functools
+from typing import Annotated, Any, Literal, TypeVar
+
+import msgspec
+from msgspec import Meta
+
+from coordinator.protocol import constants as C
+from coordinator.protocol.names import LANE_PATTERN, MACHINE_PATTERN
+from coordinator.protocol.receipts import HASH_PATTERN, RECEIPT_ID_PATTERN
+from coordinator.protocol.replies import ReceiptPhase, ReleaseOutcome
+
+EXAMPLE_LANE = "demo:main"  # what tools that generate requests from the document use
+
+Identity = Annotated[str, Meta(min_length=1, max_length=C.MAX_IDENTITY_CHARS)]
+# The lane's length is checked here; its shape (route:account) by `names.parse_lane`, which
+# every caller runs after decoding, so a bad name reads "lane: must be route:account, ...".
+Lane = Annotated[
+    str,
+    Meta(
+        min_length=3,
+        max_length=C.MAX_LANE_CHARS,
+        description="route:account, each 1-64 of [a-z0-9._-] starting with [a-z0-9]",
+        examples=[EXAMPLE_LANE],
+        extra_json_schema={"pattern": LANE_PATTERN},
+    ),
+]
+MachineId = Annotated[str, Meta(pattern=MACHINE_PATTERN)]
+ClaimId = Annotated[str, Meta(min_length=1, max_length=C.MAX_CLAIM_CHARS)]
+TicketId = Annotated[str, Meta(min_length=1, max_length=C.MAX_TICKET_ID_CHARS)]
+LeaseSeconds = Annotated[float, Meta(ge=C.MIN_LEASE_SECONDS, le=C.MAX_LEASE_SECONDS)]
+WaitSeconds = Annotated[float, Meta(ge=C.MIN_AWAIT_SECONDS, le=C.MAX_AWAIT_SECONDS)]
+RetryAfter = Annotated[float, Meta(ge=C.MIN_COOLDOWN_SECONDS, le=C.MAX_COOLDOWN_SECONDS)]
+ContentHash = Annotated[str, Meta(pattern=HASH_PATTERN)]
+ReceiptId = Annotated[
+    str,
+    Meta(
+        min_length=1,
+        max_length=C.MAX_RECEIPT_ID_CHARS,
+        description="<ticketId>:<phase>:<first 16 hex of the hash>; its ticket and phase "
+        "parts must be the body's ticketId and phase (400 otherwise)",
+        extra_json_schema={"pattern": RECEIPT_ID_PATTERN},
+    ),
+]
+# A receipt payload is any JSON object RFC 8785 can canonicalize: an integer beyond ±(2^53-1)
+# cannot be (400). Its values are described by the document's `JsonValue` schema below.
+JSON_VALUE_REF = "#/components/schemas/JsonValue"
+_SAFE_INTEGER = 2**53 - 1
+JSON_VALUE_SCHEMA: dict[str, Any] = {
+    "description": "a JSON value RFC 8785 can canonicalize (integers within ±(2^53-1))",
+    "anyOf": [
+        {"type": "null"},
+        {"type": "boolean"},
+        {"type": "string"},
+        {"type": "integer", "minimum": -_SAFE_INTEGER, "maximum": _SAFE_INTEGER},
+        {"type": "number", "not": {"type": "integer"}},
+        {"type": "array", "items": {"$ref": JSON_VALUE_REF}},
+        {"type": "object", "additionalProperties": {"$ref": JSON_VALUE_REF}},
+    ],
+}
+Payload = Annotated[
+    dict[str, Any],
+    Meta(
+        description="a JSON object; its RFC 8785 canonical form at most "
+        f"{C.MAX_RECEIPT_PAYLOAD_BYTES} bytes",
+        extra_json_schema={"additionalProperties": {"$ref": JSON_VALUE_REF}},
+    ),
+]
+HistoryLimit = Annotated[int, Meta(ge=1, le=C.MAX_HISTORY_LIMIT)]
+ProviderJobId = Annotated[str, Meta(max_length=C.MAX_PROVIDER_JOB_CHARS)]
+Note = Annotated[str, Meta(max_length=C.MAX_NOTE_CHARS)]
+CooldownReason = Literal["provider-human-check"]
+# Any other integer is answered 400 unsupported-protocol (with the supported versions).
+ProtocolVersion = Literal[1]
+
+
+class Base(msgspec.Struct, kw_only=True, rename="camel"):
+    protocol_version: ProtocolVersion
+    lane: Lane
+
+
+class Mutation(Base, kw_only=True):
+    machine_id: MachineId
+    claim_id: ClaimId | None = None
+
+
+class AcquireBody(Mutation, kw_only=True):
+    """Acquire a place in the lane for one request identity (project, scene, promptHash)."""
+
+    project: Identity
+    scene: Identity
+    prompt_hash: Identity
+    lease_seconds: LeaseSeconds | None = None
+
+
+class TicketBody(Mutation, kw_only=True):
+    ticket_id: TicketId
+
+
+class AwaitBody(TicketBody, kw_only=True):
+    """Wait (at most waitSeconds) until the ticket is no longer queued or the pause changes."""
+
+    wait_seconds: WaitSeconds = C.DEFAULT_AWAIT_SECONDS
+
+
+class HeartbeatBody(TicketBody, kw_only=True):
+    """Extend a held lease (a queued ticket: keep the waiter alive)."""
+
+    lease_seconds: LeaseSeconds | None = None
+
+
+class ReleaseBody(TicketBody, kw_only=True):
+    """End the ticket with an outcome."""
+
+    outcome: ReleaseOutcome | None = None
+    provider_job_id: ProviderJobId | None = None
+    note: Note | None = None
+
+
+class ReceiptBody(TicketBody, kw_only=True):
+    """Record one evidence receipt about the ticket's job (written by its holder machine)."""
+
+    receipt_id: ReceiptId
+    phase: ReceiptPhase
+    payload: Payload
+    content_hash: ContentHash
+
+
+class CooldownBody(TicketBody, kw_only=True):
+    """Pause the lane after a provider human check, reported on the held ticket."""
+
+    reason_code: CooldownReason
+    retry_after_seconds: RetryAfter
+
+
+class StatusBody(Base, kw_only=True):
+    """Read the lane's held and queued tickets (machineId only marks the computer as seen)."""
+
+    machine_id: MachineId | None = None
+    include_receipts: bool = False
+
+
+class HistoryBody(Base, kw_only=True):
+    """Read the render log, newest first (of one project when given)."""
+
+    limit: HistoryLimit = C.DEFAULT_HISTORY_LIMIT
+    project: Identity | None = None
+    machine_id: MachineId | None = None
+
+
+SCHEMAS: dict[str, type[Base]] = {
+    "acquire": AcquireBody,
+    "await": AwaitBody,
+    "heartbeat": HeartbeatBody,
+    "release": ReleaseBody,
+    "receipt": ReceiptBody,
+    "status": StatusBody,
+    "history": HistoryBody,
+    "cooldown": CooldownBody,
+}
+
+
+B = TypeVar("B", bound=Base)
+
+
+@functools.cache
+def _integer_fields(schema: type[Base]) -> frozenset[str]:
+    """The wire names of the fields whose value is an integer."""
+    info = msgspec.inspect.type_info(schema)
+    assert isinstance(info, msgspec.inspect.StructType)
+    out: set[str] = set()
+    for f in info.fields:
+        kinds = f.type.types if isinstance(f.type, msgspec.inspect.UnionType) else (f.type,)
+        for t in kinds:
+            literal_ints = isinstance(t, msgspec.inspect.LiteralType) and all(
+                isinstance(v, int) for v in t.values
+            )
+            if isinstance(t, msgspec.inspect.IntType) or literal_ints:
+                out.add(f.encode_name)
+    return frozenset(out)
+
+
+def convert(data: dict[str, Any], schema: type[B]) -> B:
+    """A decoded JSON body as its request Struct (raises msgspec.ValidationError).
+
+    JSON has one number type: an integral number is an integer wherever the schema asks for
+    one (`"limit": 100.0` is 100, `"protocolVersion": 1.0` is 1), as JSON Schema says."""
+    for name in _integer_fields(schema):
+        value = data.get(name)
+        if isinstance(value, float) and value.is_integer():
+            data[name] = int(value)
+    return msgspec.convert(data, schema)

@@ -1,0 +1,97 @@
+"""Import direction: the wire protocol depends on nothing of the server or the client, and a
+client that talks HTTP loads no server code.
+
+- `coordinator.protocol` (and each submodule) imports only the standard library, msgspec and
+  rfc8785 (receipt hashes are RFC 8785 canonical JSON, a protocol fact), and what those two
+  import themselves (msgspec loads typing_extensions) — plus the `coordinator` package's own
+  `__init__`, which must stay trivial.
+- `client.api` (and `client.models`, `client.errors`) load no server module: no
+  coordinator.http / actor / service / store / core / config, no aiohttp.web, and of the
+  `coordinator` package nothing but `coordinator.protocol`.
+
+Each import runs in a fresh interpreter, so what another test imported cannot hide a leak.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+
+import pytest
+
+PROTOCOL_MODULES = (
+    "coordinator.protocol",
+    "coordinator.protocol.constants",
+    "coordinator.protocol.names",
+    "coordinator.protocol.errors",
+    "coordinator.protocol.replies",
+    "coordinator.protocol.requests",
+    "coordinator.protocol.receipts",
+)
+PROTOCOL_THIRD_PARTY = frozenset({"msgspec", "rfc8785"})
+CLIENT_MODULES = ("client.api", "client.models", "client.errors")
+SERVER_SIDE = (
+    "coordinator.http",
+    "coordinator.actor",
+    "coordinator.service",
+    "coordinator.store",
+    "coordinator.core",
+    "coordinator.config",
+    "aiohttp.web",
+)
+
+
+def loaded_by(module: str) -> list[str]:
+    """The modules `import <module>` adds to sys.modules in a fresh interpreter."""
+    probe = (
+        "import sys, json; before = set(sys.modules); "
+        f"import {module}; "
+        "print(json.dumps(sorted(set(sys.modules) - before)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    found: list[str] = json.loads(out.stdout.strip().splitlines()[-1])
+    return found
+
+
+def is_stdlib(name: str) -> bool:
+    return name.split(".", 1)[0] in sys.stdlib_module_names
+
+
+@functools.cache
+def third_party_closure() -> frozenset[str]:
+    """msgspec, rfc8785 and whatever they load themselves."""
+    return frozenset(n for m in sorted(PROTOCOL_THIRD_PARTY) for n in loaded_by(m))
+
+
+@pytest.mark.parametrize("module", PROTOCOL_MODULES)
+def test_protocol_imports_only_stdlib_msgspec_and_rfc8785(module: str) -> None:
+    loaded = loaded_by(module)
+    assert module in loaded
+    outside = [
+        name
+        for name in loaded
+        if not is_stdlib(name)
+        and name not in third_party_closure()
+        and name != "coordinator"
+        and not name.startswith("coordinator.protocol")
+    ]
+    assert outside == [], f"import {module} loads {outside}"
+
+
+def test_coordinator_package_init_stays_trivial() -> None:
+    loaded = [name for name in loaded_by("coordinator") if not is_stdlib(name)]
+    assert loaded == ["coordinator"]
+
+
+@pytest.mark.parametrize("module", CLIENT_MODULES)
+def test_client_loads_no_server_code(module: str) -> None:
+    loaded = loaded_by(module)
+    server = [n for n in loaded if any(n == s or n.startswith(s + ".") for s in SERVER_SIDE)]
+    assert server == [], f"import {module} loads server modules {server}"
+    coordinator = [n for n in loaded if n.split(".", 1)[0] == "coordinator"]
+    beyond = [n for n in coordinator if n != "coordinator" and n.split(".")[1] != "protocol"]
+    assert beyond == [], f"import {module} loads {beyond} (only coordinator.protocol allowed)"

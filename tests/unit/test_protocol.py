@@ -1,0 +1,117 @@
+"""The protocol package (coordinator/protocol): one definition of the wire, which the server's
+own enums, error classes and constants agree with, and which decodes the way a client needs."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+import msgspec
+import pytest
+
+from client import errors as client_errors
+from coordinator import constants as server_constants
+from coordinator import errors as server_errors
+from coordinator.core import model
+from coordinator.protocol import constants as C
+from coordinator.protocol import errors as E
+from coordinator.protocol import replies as wire
+from coordinator.protocol import requests as S
+
+
+def test_core_enums_are_the_protocol_literals() -> None:
+    assert {s.value for s in model.TicketState} == set(get_args(wire.TicketState))
+    assert {o.value for o in model.Outcome} == set(get_args(wire.Outcome))
+    assert get_args(wire.ReleaseOutcome) == model.RELEASE_OUTCOMES
+    assert tuple(p.value for p in model.ReceiptPhase) == get_args(wire.ReceiptPhase)
+    assert {k.value for k in model.IncidentKind} == set(get_args(wire.IncidentKind))
+    assert get_args(S.CooldownReason) == C.COOLDOWN_REASONS
+    assert get_args(S.ProtocolVersion) == C.SUPPORTED_PROTOCOLS == (C.PROTOCOL_VERSION,)
+
+
+def test_one_error_class_per_code_on_both_sides() -> None:
+    codes = set(get_args(wire.ErrorCode))
+    assert {cls.code for cls in E.ERRORS} == codes == set(E.BY_CODE)
+    assert set(client_errors.BY_CODE) == codes
+    for cls in E.ERRORS:
+        assert getattr(server_errors, cls.__name__) is cls  # importable from the old place
+    assert issubclass(server_errors.StoreError, E.Unavailable)
+    body = msgspec.json.encode(E.UnsupportedProtocol("v", supported=[1]).reply("actor-sqlite"))
+    assert msgspec.json.decode(body) == {
+        "coordinator": "actor-sqlite",
+        "error": {"code": "unsupported-protocol", "message": "v", "supported": [1]},
+    }
+    assert msgspec.json.decode(msgspec.json.encode(E.NotFound("x").reply())) == {
+        "error": {"code": "not-found", "message": "x"}
+    }
+
+
+def test_server_constants_reexport_the_protocol_ones() -> None:
+    for name in dir(C):
+        if name.isupper():
+            assert getattr(server_constants, name) is getattr(C, name), name
+    assert server_constants.COORDINATOR_KIND == C.ACTOR_SQLITE in C.SHARED_KINDS
+
+
+def test_overview_lane_carries_the_status_fields() -> None:
+    status = {f.encode_name for f in msgspec.structs.fields(wire.StatusReply)}
+    lane = {f.encode_name for f in msgspec.structs.fields(wire.OverviewLane)}
+    assert status - {"coordinator", "recentReceipts"} <= lane
+
+
+def test_replies_decode_leniently() -> None:
+    """Unknown fields are ignored and fields with defaults may be missing; a missing required
+    field or a wrong type is an error."""
+    data = {
+        "coordinator": "actor-postgres",
+        "lane": "a:b",
+        "enforced": True,
+        "granted": False,
+        "owner": {"machineId": "m"},
+        "ticket": {"ticketId": "t_1", "lane": "a:b", "state": "queued", "future": 1},
+        "later": {"x": 1},
+    }
+    r = msgspec.convert(data, wire.LaneReply)
+    assert (r.ticket_id, r.state, r.duplicate, r.pause, r.owner.claim_id) == (
+        "t_1",
+        "queued",
+        False,
+        None,
+        None,
+    )
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert({**data, "granted": "no"}, wire.LaneReply)
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert({k: v for k, v in data.items() if k != "coordinator"}, wire.LaneReply)
+
+
+def test_status_receipts_key_only_when_read() -> None:
+    st = wire.StatusReply(
+        coordinator="c", lane="a:b", enforced=True, held=[], queued=[], queued_total=0, now=1.0
+    )
+    assert "recentReceipts" not in msgspec.json.decode(msgspec.json.encode(st))
+    assert st.recent_receipts is None and st.unreadable_receipts is None
+    st.recent_receipts, st.unreadable_receipts = [], 0
+    assert msgspec.json.decode(msgspec.json.encode(st))["recentReceipts"] == []
+    assert st.to_wire()["unreadableReceipts"] == 0  # the client's view, not the wire
+
+
+def test_receipt_reply_client_fields_stay_off_the_wire() -> None:
+    r = wire.ReceiptReply(coordinator="c", stored=True, replay=False, content_hash_verified=True)
+    r.receipt_id, r.content_hash, r.http_status = "t:lease-acquired:00", "sha256:00", 201
+    assert msgspec.json.decode(msgspec.json.encode(r)) == {
+        "coordinator": "c",
+        "stored": True,
+        "replay": False,
+        "contentHashVerified": True,
+    }
+    assert r.to_wire()["httpStatus"] == 201 and r.to_wire()["receiptId"] == "t:lease-acquired:00"
+
+
+def test_integral_numbers_are_integers_in_requests() -> None:
+    body = {"protocolVersion": 1.0, "lane": "a:b", "limit": 100.0}
+    parsed = S.convert(body, S.HistoryBody)
+    assert (parsed.protocol_version, parsed.limit) == (1, 100)
+    with pytest.raises(msgspec.ValidationError):
+        S.convert({"protocolVersion": 1, "lane": "a:b", "limit": 1.5}, S.HistoryBody)
+    with pytest.raises(msgspec.ValidationError):
+        S.convert({"protocolVersion": 2, "lane": "a:b"}, S.HistoryBody)
