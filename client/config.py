@@ -30,7 +30,7 @@ import platformdirs
 from client.api import DEFAULT_TIMEOUT_SECONDS, LaneClient
 from client.errors import ConfigError, PreProviderError
 from client.local import DEFAULT_LOCAL_CAPACITY, LocalQueue
-from coordinator.names import MACHINE_RE
+from coordinator.protocol.names import MACHINE_RE
 
 if TYPE_CHECKING:
     import aiohttp

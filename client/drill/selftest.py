@@ -2,10 +2,10 @@
 
 Runs against the configured shared coordinator on a dedicated test lane — account
 `self-test` (or LANE_SELF_TEST_ACCOUNT); `main-unlimited` and LANE_ACCOUNT's account are
-refused whatever the override. Checks capacity-one serialization, same-request dedupe
-(including a race), heartbeat, atomic promotion, receipt replay and the conflicting-receipt
-409, prints a pass/fail line per check, and releases every ticket it made (also on failure).
-It calls no provider.
+refused whatever the override (the lane rules it shares with the drill are in refusals.py).
+Checks capacity-one serialization, same-request dedupe (including a race), heartbeat, atomic
+promotion, receipt replay and the conflicting-receipt 409, prints a pass/fail line per check,
+and releases every ticket it made (also on failure). It calls no provider.
 """
 
 from __future__ import annotations
@@ -18,8 +18,14 @@ from typing import Any
 
 import aiohttp
 
-from client.api import SHARED_KINDS, LaneClient
+from client.api import LaneClient
 from client.config import Settings
+from client.drill.refusals import (
+    Wording,
+    lane_refusal,
+    refuse_real_account,
+    require_shared_url,
+)
 from client.errors import (
     BadRequestError,
     LaneClientError,
@@ -30,7 +36,6 @@ from client.models import LaneReply
 from coordinator.errors import LaneError
 from coordinator.names import parse_lane
 
-FORBIDDEN_ACCOUNTS = frozenset({"main-unlimited"})
 DEFAULT_SELF_TEST_ROUTE = "self-test"
 SELF_TEST_PROJECT = "lane-self-test"
 SELF_TEST_LEASE_SECONDS = 60.0  # a crashed run's leftovers clear within a minute
@@ -38,11 +43,26 @@ EXIT_OK, EXIT_FAIL, EXIT_PRE_PROVIDER = 0, 1, 3
 
 
 class SelfTestRefusedError(LaneClientError):
+    """Self-test will not run here: production account or LANE_ACCOUNT's account."""
+
     default_code = "self-test-refused"
 
 
 class CheckFailed(Exception):
     pass
+
+
+WORDING = Wording(
+    tool="self-test",
+    subject="self-test",
+    refused=SelfTestRefusedError,
+    production_advice="use a dedicated test account (default 'self-test', or "
+    "LANE_SELF_TEST_ACCOUNT)",
+    lane_account_advice="use a dedicated test account",
+    not_shared="coordinator is {kind!r}",
+    unenforced="{lane} is unenforced here: its route has no capacity configured",
+    not_capacity_one="{lane} has capacity {capacity}; self-test needs 1",
+)
 
 
 def self_test_lane(
@@ -62,16 +82,7 @@ def self_test_lane(
         parse_lane(name)
     except LaneError as exc:
         raise BadRequestError(message=exc.message) from None
-    if acct in FORBIDDEN_ACCOUNTS:
-        raise SelfTestRefusedError(
-            message=f"self-test refuses account {acct!r}: it is the production account; "
-            "use a dedicated test account (default 'self-test', or LANE_SELF_TEST_ACCOUNT)"
-        )
-    if settings.account and acct == settings.account:
-        raise SelfTestRefusedError(
-            message=f"self-test refuses account {acct!r}: it is this computer's LANE_ACCOUNT "
-            "(the account real renders use); use a dedicated test account"
-        )
+    refuse_real_account(acct, settings, WORDING)
     return name
 
 
@@ -95,10 +106,7 @@ async def run_self_test(
     emit: Callable[[str], None],
     warn: Callable[[str], None],
 ) -> int:
-    if not settings.url:
-        raise PreProviderError(
-            "self-test needs the shared coordinator: LANE_COORDINATOR_URL is unset"
-        )
+    require_shared_url(settings, WORDING)
     nonce = uuid.uuid4().hex[:12]
     session = aiohttp.ClientSession()
     results: list[_Result] = []
@@ -130,9 +138,9 @@ async def run_self_test(
 
     async def shared_quiet_lane() -> str:
         st = await a.status(lane)
-        _expect(st.coordinator in SHARED_KINDS, f"coordinator is {st.coordinator!r}")
-        _expect(st.enforced, f"{lane} is unenforced here: its route has no capacity configured")
-        _expect(st.capacity == 1, f"{lane} has capacity {st.capacity}; self-test needs 1")
+        refusal = lane_refusal(st, lane, WORDING)
+        if refusal is not None:
+            raise CheckFailed(refusal)
         _expect(
             not st.held and not st.queued and st.pause is None,
             f"{lane} is not quiet ({len(st.held)} held, {len(st.queued)} queued"
@@ -302,3 +310,12 @@ async def _release_all(lane: str, made: dict[str, LaneClient]) -> tuple[int, lis
         else:
             problems.append(f"{tid}: {r.reason}")
     return released, problems
+
+
+__all__ = [
+    "DEFAULT_SELF_TEST_ROUTE",
+    "WORDING",
+    "SelfTestRefusedError",
+    "run_self_test",
+    "self_test_lane",
+]
