@@ -31,7 +31,7 @@ run: setup
 test: test-core test-ui
 
 test-core: setup
-	$(BIN)/pytest -q tests/unit tests/integration tests/acceptance tests/ops tests/client tests/drill tests/driver
+	$(BIN)/pytest -q tests/unit tests/contract tests/integration tests/acceptance tests/ops tests/client tests/drill tests/driver
 
 test-ui: setup
 	@sh scripts/ensure-chromium.sh

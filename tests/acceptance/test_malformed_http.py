@@ -8,7 +8,7 @@ import socket
 import time
 from pathlib import Path
 
-from ops.serverproc import ServerProcess
+from tests.harness import CoordinatorProcess
 
 TOKEN = "malformed-token-0123456789-abcdefghijklmnopqrstu"
 SECRETISH = "Bearer-looking-" + "s" * 40
@@ -25,7 +25,7 @@ RAW_REQUESTS = [
 def test_malformed_http_is_refused_without_a_traceback(tmp_path: Path) -> None:
     (tmp_path / "token").write_text(TOKEN, encoding="utf-8")
     (tmp_path / "c.toml").write_text("[routes.solo]\ncapacity = 1\n", encoding="utf-8")
-    srv = ServerProcess(tmp_path / "data", tmp_path / "token", tmp_path / "c.toml")
+    srv = CoordinatorProcess(tmp_path / "data", tmp_path / "token", tmp_path / "c.toml")
     try:
         host, port = srv.url.removeprefix("http://").split(":")
         for raw in RAW_REQUESTS:

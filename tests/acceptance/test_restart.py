@@ -1,13 +1,12 @@
 """SPEC §6 and §10 acceptance: the real `lane-coordinator` process, killed with SIGKILL and
 restarted on the same data dir; and the `check` / `serve` refusals an operator sees.
 
-The subprocess harness is tests/ops/serverproc.py (port 0, stderr read by a thread).
+The subprocess harness is tests/harness/subproc.py (port 0, output read by a thread).
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -16,7 +15,8 @@ from typing import Any
 
 import pytest
 import rfc8785
-from ops.serverproc import ServerProcess, cli
+
+from tests.harness import CoordinatorProcess, cli
 
 TOKEN = "acceptance-token-0123456789-abcdefghijklmnopqrstu"  # 49 bytes
 SOLO, DUO = "solo:main", "duo:main"
@@ -36,12 +36,12 @@ def setup_dir(tmp_path: Path) -> tuple[Path, Path, Path]:
 
 
 @pytest.fixture
-def servers() -> Iterator[Callable[..., ServerProcess]]:
+def servers() -> Iterator[Callable[..., CoordinatorProcess]]:
     """Start servers; every one is killed at teardown, whatever happened."""
-    started: list[ServerProcess] = []
+    started: list[CoordinatorProcess] = []
 
-    def start(data: Path, token_file: Path, config: Path) -> ServerProcess:
-        srv = ServerProcess(data, token_file, config)
+    def start(data: Path, token_file: Path, config: Path) -> CoordinatorProcess:
+        srv = CoordinatorProcess(data, token_file, config)
         started.append(srv)
         return srv
 
@@ -52,7 +52,9 @@ def servers() -> Iterator[Callable[..., ServerProcess]]:
         srv.stop()
 
 
-def _op(srv: ServerProcess, name: str, body: dict[str, Any], status: int = 200) -> dict[str, Any]:
+def _op(
+    srv: CoordinatorProcess, name: str, body: dict[str, Any], status: int = 200
+) -> dict[str, Any]:
     got_status, reply = srv.request(
         "POST", f"/v1/lanes/{name}", TOKEN, {"protocolVersion": 1, **body}
     )
@@ -61,7 +63,9 @@ def _op(srv: ServerProcess, name: str, body: dict[str, Any], status: int = 200) 
     return reply
 
 
-def _acquire(srv: ServerProcess, lane: str, machine: str, prompt: str, **kw: Any) -> dict[str, Any]:
+def _acquire(
+    srv: CoordinatorProcess, lane: str, machine: str, prompt: str, **kw: Any
+) -> dict[str, Any]:
     body = {
         "lane": lane,
         "machineId": machine,
@@ -99,14 +103,12 @@ def _receipt(
     )
 
 
-def _kill9(srv: ServerProcess) -> None:
-    os.kill(srv.proc.pid, signal.SIGKILL)
-    srv.proc.wait(timeout=30)
-    assert srv.proc.returncode == -signal.SIGKILL
+def _kill9(srv: CoordinatorProcess) -> None:
+    assert srv.kill9() == -signal.SIGKILL
 
 
 def test_kill_9_and_restart_keeps_every_acknowledged_row(
-    setup_dir: tuple[Path, Path, Path], servers: Callable[..., ServerProcess]
+    setup_dir: tuple[Path, Path, Path], servers: Callable[..., CoordinatorProcess]
 ) -> None:
     data, config, token_file = setup_dir
     s1 = servers(data, token_file, config)
@@ -200,7 +202,7 @@ def test_kill_9_and_restart_keeps_every_acknowledged_row(
 
 
 def test_clean_restart_and_check_on_a_used_data_dir(
-    setup_dir: tuple[Path, Path, Path], servers: Callable[..., ServerProcess]
+    setup_dir: tuple[Path, Path, Path], servers: Callable[..., CoordinatorProcess]
 ) -> None:
     data, config, token_file = setup_dir
     s1 = servers(data, token_file, config)
@@ -328,7 +330,7 @@ def test_a_second_server_on_the_same_data_dir_is_refused(
 ) -> None:
     """Two servers on one data dir would each grant the same slot: the second one exits."""
     data, config, token_file = setup_dir
-    first = ServerProcess(data, token_file, config)
+    first = CoordinatorProcess(data, token_file, config)
     try:
         r = cli(
             "serve", "--port", "0", "--data-dir", str(data), "--config", str(config),
@@ -343,14 +345,14 @@ def test_a_second_server_on_the_same_data_dir_is_refused(
     finally:
         first.stop()
     # The lock goes with its process: a new server starts on the same dir at once.
-    second = ServerProcess(data, token_file, config)
+    second = CoordinatorProcess(data, token_file, config)
     assert second.stop() == 0
 
 
 def test_a_killed_server_leaves_no_stale_lock(setup_dir: tuple[Path, Path, Path]) -> None:
     data, config, token_file = setup_dir
-    first = ServerProcess(data, token_file, config)
+    first = CoordinatorProcess(data, token_file, config)
     first.proc.kill()
     first.proc.wait(timeout=30)
-    again = ServerProcess(data, token_file, config)
+    again = CoordinatorProcess(data, token_file, config)
     assert again.stop() == 0

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ops.serverproc import ServerProcess
+from tests.harness import CoordinatorProcess
 
 TOKEN = "shutdown-token-0123456789-abcdefghijklmnopqrstu"
 CONFIG = "[routes.solo]\ncapacity = 1\n"
@@ -19,7 +19,7 @@ CONFIG = "[routes.solo]\ncapacity = 1\n"
 def test_sigterm_answers_parked_long_polls_and_exits_promptly(tmp_path: Path) -> None:
     (tmp_path / "token").write_text(TOKEN, encoding="utf-8")
     (tmp_path / "c.toml").write_text(CONFIG, encoding="utf-8")
-    srv = ServerProcess(tmp_path / "data", tmp_path / "token", tmp_path / "c.toml")
+    srv = CoordinatorProcess(tmp_path / "data", tmp_path / "token", tmp_path / "c.toml")
     try:
         base = {"lane": "solo:main", "machineId": "m1", "claimId": "c1", "project": "p"}
         srv.op("acquire", {**base, "scene": "s", "promptHash": "held"}, TOKEN)

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 import rfc8785
-from lane_testkit import UNENFORCED_LANE, Server
 
 from client.api import LaneClient
 from client.errors import (
@@ -25,16 +24,19 @@ from client.errors import (
 from client.models import LaneReply, StatusReply
 from client.sync import SyncLaneClient
 from coordinator.names import lane_file_name
+from tests.client.kit import UNENFORCED_LANE
+from tests.harness import ThreadedCoordinator
 
-pytest_plugins = ["lane_fixtures"]  # the shared fixtures
 LANE = "render:main"
 
 
-def mk(s: Server, machine: str = "studio-a", claim: str | None = "claim-a") -> LaneClient:
+def mk(
+    s: ThreadedCoordinator, machine: str = "studio-a", claim: str | None = "claim-a"
+) -> LaneClient:
     return LaneClient(s.url, s.token, machine, claim, timeout=10)
 
 
-async def test_acquire_queue_dedupe_and_owner_retry(coordinator: Server) -> None:
+async def test_acquire_queue_dedupe_and_owner_retry(coordinator: ThreadedCoordinator) -> None:
     async with mk(coordinator) as a, mk(coordinator, "studio-b", "claim-b") as b:
         ra = await a.acquire(LANE, "proj", "s1", "h1")
         assert isinstance(ra, LaneReply)
@@ -55,7 +57,7 @@ async def test_acquire_queue_dedupe_and_owner_retry(coordinator: Server) -> None
         assert again.duplicate and again.granted and again.ticket_id == ra.ticket_id
 
 
-async def test_racing_identical_acquires_converge(coordinator: Server) -> None:
+async def test_racing_identical_acquires_converge(coordinator: ThreadedCoordinator) -> None:
     clients = [mk(coordinator, f"m{i}", f"c{i}") for i in range(6)]
     try:
         replies = await asyncio.gather(*(c.acquire(LANE, "p", "race", "x") for c in clients))
@@ -67,7 +69,7 @@ async def test_racing_identical_acquires_converge(coordinator: Server) -> None:
             await c.close()
 
 
-async def test_await_learns_grant_on_release(coordinator: Server) -> None:
+async def test_await_learns_grant_on_release(coordinator: ThreadedCoordinator) -> None:
     async with mk(coordinator) as a, mk(coordinator, "studio-b", "claim-b") as b:
         ra = await a.acquire(LANE, "p", "1", "a")
         rb = await b.acquire(LANE, "p", "2", "b")
@@ -82,7 +84,7 @@ async def test_await_learns_grant_on_release(coordinator: Server) -> None:
         assert time.monotonic() - started < 20  # answered by the grant, not the 30 s wait
 
 
-async def test_await_times_out_still_queued(coordinator: Server) -> None:
+async def test_await_times_out_still_queued(coordinator: ThreadedCoordinator) -> None:
     async with mk(coordinator) as a, mk(coordinator, "studio-b", "claim-b") as b:
         await a.acquire(LANE, "p", "1", "a")
         rb = await b.acquire(LANE, "p", "2", "b")
@@ -92,7 +94,7 @@ async def test_await_times_out_still_queued(coordinator: Server) -> None:
         assert time.monotonic() - started >= 0.9
 
 
-async def test_await_not_owner_and_unknown(coordinator: Server) -> None:
+async def test_await_not_owner_and_unknown(coordinator: ThreadedCoordinator) -> None:
     async with mk(coordinator) as a, mk(coordinator, "studio-b", "claim-b") as b:
         ra = await a.acquire(LANE, "p", "1", "a")
         with pytest.raises(NotOwnerError) as ei:
@@ -103,7 +105,7 @@ async def test_await_not_owner_and_unknown(coordinator: Server) -> None:
         assert nf.value.status == 404
 
 
-async def test_heartbeat_answers(coordinator: Server) -> None:
+async def test_heartbeat_answers(coordinator: ThreadedCoordinator) -> None:
     async with mk(coordinator) as a, mk(coordinator, "studio-a", "claim-other") as other:
         ra = await a.acquire(LANE, "p", "1", "a", lease_seconds=30)
         rb = await a.acquire(LANE, "p", "2", "b")
@@ -117,7 +119,7 @@ async def test_heartbeat_answers(coordinator: Server) -> None:
         assert not x.refreshed and x.reason == "not-owner"
 
 
-async def test_release_answers(coordinator: Server) -> None:
+async def test_release_answers(coordinator: ThreadedCoordinator) -> None:
     async with mk(coordinator) as a, mk(coordinator, "studio-b", "claim-b") as b:
         ra = await a.acquire(LANE, "p", "1", "a")
         no = await b.release(LANE, ra.ticket_id, "completed")
@@ -133,7 +135,7 @@ async def test_release_answers(coordinator: Server) -> None:
         assert r.released and r.outcome is None
 
 
-async def test_receipt_store_replay_conflict_and_hash(coordinator: Server) -> None:
+async def test_receipt_store_replay_conflict_and_hash(coordinator: ThreadedCoordinator) -> None:
     async with mk(coordinator) as a, mk(coordinator, "studio-b", "claim-b") as b:
         ra = await a.acquire(LANE, "p", "1", "a")
         payload: dict[str, Any] = {"b": [1, 2.5, "x"], "a": {"é": True}, "n": 10}
@@ -162,7 +164,7 @@ async def test_receipt_store_replay_conflict_and_hash(coordinator: Server) -> No
             await a.receipt(LANE, ra.ticket_id, "lease-acquired", {"n": float("nan")})
 
 
-async def test_cooldown_pause_and_refusals(coordinator: Server) -> None:
+async def test_cooldown_pause_and_refusals(coordinator: ThreadedCoordinator) -> None:
     async with mk(coordinator) as a, mk(coordinator, "studio-b", "claim-b") as b:
         ra = await a.acquire(LANE, "p", "1", "a")
         rb = await b.acquire(LANE, "p", "2", "b")
@@ -185,7 +187,7 @@ async def test_cooldown_pause_and_refusals(coordinator: Server) -> None:
         assert (w.ticket.eta_seconds or 0) >= 60  # the ETA includes the pause
 
 
-async def test_status_receipts_keys(coordinator: Server) -> None:
+async def test_status_receipts_keys(coordinator: ThreadedCoordinator) -> None:
     async with mk(coordinator) as a:
         ra = await a.acquire(LANE, "p", "1", "a")
         await a.receipt(LANE, ra.ticket_id, "lease-acquired", {"k": 1})
@@ -204,7 +206,9 @@ async def test_status_receipts_keys(coordinator: Server) -> None:
         assert verbose.capacity == 1 and verbose.enforced
 
 
-async def test_unreadable_receipt_row_is_counted_not_fatal(coordinator: Server) -> None:
+async def test_unreadable_receipt_row_is_counted_not_fatal(
+    coordinator: ThreadedCoordinator,
+) -> None:
     async with mk(coordinator) as a:
         ra = await a.acquire(LANE, "p", "1", "a")
         await a.receipt(LANE, ra.ticket_id, "lease-acquired", {"k": 1})
@@ -229,7 +233,7 @@ async def test_unreadable_receipt_row_is_counted_not_fatal(coordinator: Server) 
         ]  # fmt: skip
 
 
-async def test_history_counts_and_filter(coordinator: Server) -> None:
+async def test_history_counts_and_filter(coordinator: ThreadedCoordinator) -> None:
     async with mk(coordinator) as a:
         for i, outcome in enumerate(["completed", "failed", "completed", None]):
             r = await a.acquire(LANE, "pa" if i < 3 else "pb", str(i), "h")
@@ -247,7 +251,7 @@ async def test_history_counts_and_filter(coordinator: Server) -> None:
         assert "limit" in ei.value.message
 
 
-async def test_unenforced_lane(coordinator: Server) -> None:
+async def test_unenforced_lane(coordinator: ThreadedCoordinator) -> None:
     async with mk(coordinator) as a:
         r = await a.acquire(UNENFORCED_LANE, "p", "1", "h")
         assert r.granted and not r.enforced and r.ticket_id.startswith("unlimited-")
@@ -259,14 +263,14 @@ async def test_unenforced_lane(coordinator: Server) -> None:
         assert (await a.release(UNENFORCED_LANE, r.ticket_id, "completed")).released
 
 
-async def test_bad_lane_is_bad_request(coordinator: Server) -> None:
+async def test_bad_lane_is_bad_request(coordinator: ThreadedCoordinator) -> None:
     async with mk(coordinator) as a:
         with pytest.raises(BadRequestError) as ei:
             await a.status("Not A Lane")
         assert ei.value.status == 400 and "lane" in ei.value.message
 
 
-async def test_control_room_reads(coordinator: Server) -> None:
+async def test_control_room_reads(coordinator: ThreadedCoordinator) -> None:
     async with mk(coordinator) as a, mk(coordinator, "studio-b", "claim-b") as b:
         ra = await a.acquire(LANE, "p", "1", "a")
         await b.acquire(LANE, "p", "1", "a")  # a collision: two owners converge on one ticket
@@ -279,13 +283,16 @@ async def test_control_room_reads(coordinator: Server) -> None:
         m = await a.machines()
         assert {"studio-a", "studio-b"} <= {x.machine_id for x in m.machines}
         ev = await a.evidence(LANE, ra.ticket_id)
-        assert ev.job_evidence is not None and ev.job_evidence["found"] is True
-        assert ev.job_evidence["receipts"]["provider-submitted"] == "unknown"
-        assert ev.coordinator_evidence["collision"]["ticketId"] == ra.ticket_id
+        assert ev.job_evidence is not None and ev.job_evidence.found is True
+        assert ev.job_evidence.receipts["provider-submitted"] == "unknown"
+        collision = ev.coordinator_evidence.collision
+        assert collision is not None and collision.ticket_id == ra.ticket_id
         assert await a.healthz()
 
 
-async def test_alarm_promotes_after_expiry_manual_clock(manual_coordinator: Server) -> None:
+async def test_alarm_promotes_after_expiry_manual_clock(
+    manual_coordinator: ThreadedCoordinator,
+) -> None:
     s = manual_coordinator
     async with mk(s) as a, mk(s, "studio-b", "claim-b") as b:
         ra = await a.acquire(LANE, "p", "1", "a", lease_seconds=15)
@@ -301,7 +308,7 @@ async def test_alarm_promotes_after_expiry_manual_clock(manual_coordinator: Serv
         assert hist.entries[0].outcome == "expired" and hist.entries[0].late_outcome == "completed"
 
 
-def test_sync_facade(coordinator: Server) -> None:
+def test_sync_facade(coordinator: ThreadedCoordinator) -> None:
     with SyncLaneClient(coordinator.url, coordinator.token, "studio-a", "c1") as a:
         assert a.kind == "actor-sqlite" and a.machine_id == "studio-a" and a.claim_id == "c1"
         r = a.acquire(LANE, "p", "1", "h")
@@ -355,7 +362,7 @@ def test_sync_facade_mirrors_lane_client() -> None:
             assert asig.return_annotation == ssig.return_annotation, name
 
 
-def test_sync_healthz_and_with_claim(coordinator: Server, refused_port: int) -> None:
+def test_sync_healthz_and_with_claim(coordinator: ThreadedCoordinator, refused_port: int) -> None:
     with SyncLaneClient(coordinator.url, coordinator.token, "studio-a", "c1") as a:
         assert a.healthz() is True
         r = a.acquire(LANE, "p", "wc", "h")
@@ -381,6 +388,6 @@ def test_sync_healthz_and_with_claim(coordinator: Server, refused_port: int) -> 
         assert down.healthz() is False
 
 
-def test_repr_hides_token(coordinator: Server) -> None:
+def test_repr_hides_token(coordinator: ThreadedCoordinator) -> None:
     c = LaneClient(coordinator.url, coordinator.token, "studio-a")
     assert coordinator.token not in repr(c)

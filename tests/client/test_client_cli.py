@@ -13,22 +13,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lane_testkit import LANE_BIN, REPO, Server, lane, shared_env
 
 from client.sync import SyncLaneClient
+from tests.client.kit import LANE_BIN, REPO, lane, shared_env
+from tests.harness import AppThread, ThreadedCoordinator
 
-pytest_plugins = ["lane_fixtures"]  # the shared fixtures
 LANE = "render:main"
 IDENT = ["--project", "p", "--scene", "s1", "--prompt-hash", "h1"]
 
 
-def no_secret(server: Server, *texts: str) -> None:
+def no_secret(server: ThreadedCoordinator, *texts: str) -> None:
     for t in texts:
         assert server.token not in t
 
 
 def test_json_commands_and_exit_codes(
-    coordinator: Server, lane_env: dict[str, str], tmp_path: Path
+    coordinator: ThreadedCoordinator, lane_env: dict[str, str], tmp_path: Path
 ) -> None:
     a = shared_env(lane_env, coordinator, "studio-a")
     b = shared_env(lane_env, coordinator, "studio-b")
@@ -108,7 +108,7 @@ def test_json_commands_and_exit_codes(
         no_secret(coordinator, r.out, r.err)
 
 
-def test_tables_are_readable(coordinator: Server, lane_env: dict[str, str]) -> None:
+def test_tables_are_readable(coordinator: ThreadedCoordinator, lane_env: dict[str, str]) -> None:
     env = shared_env(lane_env, coordinator)
     acq = lane("acquire", "--lane", LANE, *IDENT, env=env)
     assert acq.code == 0 and "held (granted to you)" in acq.out
@@ -147,7 +147,7 @@ def test_usage_errors_exit_2(lane_env: dict[str, str], args: list[str]) -> None:
 
 
 def test_bad_payload_file_is_usage(
-    coordinator: Server, lane_env: dict[str, str], tmp_path: Path
+    coordinator: ThreadedCoordinator, lane_env: dict[str, str], tmp_path: Path
 ) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")
@@ -157,7 +157,7 @@ def test_bad_payload_file_is_usage(
 
 
 def test_receipt_refuses_a_prompt_looking_payload_before_sending(
-    coordinator: Server, lane_env: dict[str, str], tmp_path: Path
+    coordinator: ThreadedCoordinator, lane_env: dict[str, str], tmp_path: Path
 ) -> None:
     env = shared_env(lane_env, coordinator)
     t = lane("acquire", "--lane", LANE, "--project", "p", "--scene", "rp", "--prompt-hash",
@@ -181,14 +181,14 @@ def test_receipt_refuses_a_prompt_looking_payload_before_sending(
     ],
 )  # fmt: skip
 def test_values_the_coordinator_refuses_exit_2(
-    coordinator: Server, lane_env: dict[str, str], args: list[str]
+    coordinator: ThreadedCoordinator, lane_env: dict[str, str], args: list[str]
 ) -> None:
     r = lane(*args[:1], "--lane", LANE, *args[1:], env=shared_env(lane_env, coordinator))
     assert r.code == 2 and "bad-request" in r.err, (r.code, r.err)
 
 
 def test_await_prints_pause_once_and_lines_on_change(
-    coordinator: Server, lane_env: dict[str, str]
+    coordinator: ThreadedCoordinator, lane_env: dict[str, str]
 ) -> None:
     with SyncLaneClient(coordinator.url, coordinator.token, "studio-a", "drv-a") as a:
         ra = a.acquire(LANE, "p", "1", "a")
@@ -206,7 +206,9 @@ def test_await_prints_pause_once_and_lines_on_change(
     assert "\r" not in r.err  # no live line when not a TTY
 
 
-def test_await_returns_when_granted(coordinator: Server, lane_env: dict[str, str]) -> None:
+def test_await_returns_when_granted(
+    coordinator: ThreadedCoordinator, lane_env: dict[str, str]
+) -> None:
     with SyncLaneClient(coordinator.url, coordinator.token, "studio-a", "drv-a") as a:
         ra = a.acquire(LANE, "p", "1", "a")
         env_b = shared_env(lane_env, coordinator, "studio-b")
@@ -228,7 +230,7 @@ def test_await_returns_when_granted(coordinator: Server, lane_env: dict[str, str
 
 
 def test_trace_holds_logs_and_releases_on_sigint(
-    coordinator: Server, lane_env: dict[str, str]
+    coordinator: ThreadedCoordinator, lane_env: dict[str, str]
 ) -> None:
     env = shared_env(lane_env, coordinator)
     proc = subprocess.Popen(
@@ -260,7 +262,7 @@ def test_trace_holds_logs_and_releases_on_sigint(
 
 
 def test_self_test_passes_on_fresh_coordinator(
-    coordinator: Server, lane_env: dict[str, str]
+    coordinator: ThreadedCoordinator, lane_env: dict[str, str]
 ) -> None:
     env = shared_env(lane_env, coordinator)
     r = lane("self-test", env=env)
@@ -291,7 +293,7 @@ def test_self_test_passes_on_fresh_coordinator(
     ],
 )
 def test_self_test_refuses_production_accounts(
-    coordinator: Server,
+    coordinator: ThreadedCoordinator,
     lane_env: dict[str, str],
     extra_env: dict[str, str],
     args: list[str],
@@ -307,7 +309,7 @@ def test_self_test_refuses_production_accounts(
 
 
 def test_self_test_fails_on_busy_or_unenforced_lane(
-    coordinator: Server, lane_env: dict[str, str]
+    coordinator: ThreadedCoordinator, lane_env: dict[str, str]
 ) -> None:
     env = shared_env(lane_env, coordinator)
     with SyncLaneClient(coordinator.url, coordinator.token, "studio-x", "other") as c:
@@ -329,7 +331,7 @@ def test_self_test_needs_shared_coordinator(lane_env: dict[str, str]) -> None:
 
 
 def test_setup_enrols_and_checks(
-    coordinator: Server, lane_env: dict[str, str], fake: Callable[[str], Server]
+    coordinator: ThreadedCoordinator, lane_env: dict[str, str], fake: Callable[[str], AppThread]
 ) -> None:
     env = dict(lane_env)
     r = lane("setup", coordinator.url, "studio-m", "--account", "main", env=env,
@@ -359,9 +361,9 @@ def test_setup_enrols_and_checks(
     ("kind", "needle"), [("wrong-token", "unauthorized"), ("local", "'local-sqlite'")]
 )
 def test_setup_reports_exact_reason(
-    coordinator: Server,
+    coordinator: ThreadedCoordinator,
     lane_env: dict[str, str],
-    fake: Callable[[str], Server],
+    fake: Callable[[str], AppThread],
     kind: str,
     needle: str,
 ) -> None:
@@ -390,7 +392,7 @@ def _fake_tools(tmp: Path, clipboard: bool) -> dict[str, str]:
 
 
 def test_dashboard_copies_token_never_in_url_or_argv(
-    coordinator: Server, lane_env: dict[str, str], tmp_path: Path
+    coordinator: ThreadedCoordinator, lane_env: dict[str, str], tmp_path: Path
 ) -> None:
     env = dict(shared_env(lane_env, coordinator), **_fake_tools(tmp_path, clipboard=True))
     r = lane("dashboard", env=env)
@@ -404,7 +406,7 @@ def test_dashboard_copies_token_never_in_url_or_argv(
 
 
 def test_dashboard_without_clipboard_says_where(
-    coordinator: Server, lane_env: dict[str, str], tmp_path: Path
+    coordinator: ThreadedCoordinator, lane_env: dict[str, str], tmp_path: Path
 ) -> None:
     env = dict(shared_env(lane_env, coordinator), **_fake_tools(tmp_path, clipboard=False))
     r = lane("dashboard", env=env)
@@ -414,7 +416,7 @@ def test_dashboard_without_clipboard_says_where(
 
 
 def test_trace_queued_with_short_interval_waits_and_is_granted(
-    coordinator: Server, lane_env: dict[str, str]
+    coordinator: ThreadedCoordinator, lane_env: dict[str, str]
 ) -> None:
     """A queued trace long-polls with waitSeconds >= 1 (SPEC 4.2) even when --interval < 1."""
     env = shared_env(lane_env, coordinator)
@@ -514,9 +516,9 @@ def _with_file_keyring(env: dict[str, str], tmp: Path) -> Path:
     ],
 )
 def test_setup_writes_nothing_when_the_check_fails(
-    coordinator: Server,
+    coordinator: ThreadedCoordinator,
     lane_env: dict[str, str],
-    fake: Callable[[str], Server],
+    fake: Callable[[str], AppThread],
     refused_port: int,
     tmp_path: Path,
     kind: str,
@@ -549,7 +551,7 @@ def test_setup_writes_nothing_when_the_check_fails(
 
 
 def test_setup_stores_a_verified_token_in_a_working_keyring(
-    coordinator: Server, lane_env: dict[str, str], tmp_path: Path
+    coordinator: ThreadedCoordinator, lane_env: dict[str, str], tmp_path: Path
 ) -> None:
     env = dict(lane_env)
     store = _with_file_keyring(env, tmp_path)
@@ -596,7 +598,7 @@ def _quiet(err: str) -> None:
     ],
 )
 def test_closed_stdout_ends_quietly(
-    coordinator: Server, lane_env: dict[str, str], args: list[str], buffered: bool
+    coordinator: ThreadedCoordinator, lane_env: dict[str, str], args: list[str], buffered: bool
 ) -> None:
     """`lane ... | head -1` with the reader gone: exit 141 (128 + SIGPIPE, what a shell
     reports for a tool SIGPIPE ended), nothing on stderr about it; trace still releases."""
@@ -615,7 +617,9 @@ def test_closed_stdout_ends_quietly(
             assert c.history(LANE).entries[0].outcome == "not-submitted"
 
 
-def test_pipeline_into_head_ends_quietly(coordinator: Server, lane_env: dict[str, str]) -> None:
+def test_pipeline_into_head_ends_quietly(
+    coordinator: ThreadedCoordinator, lane_env: dict[str, str]
+) -> None:
     """A real `lane history --json | head -1` with far more than a pipe buffer of output."""
     with SyncLaneClient(coordinator.url, coordinator.token, "studio-a", "c1") as a:
         for i in range(120):  # ~1.5 KB of JSON each: ~180 KB, past any default pipe buffer

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from lane_testkit import Server, lane, shared_env
 
 from client.api import LaneClient
 from client.config import connect, load_settings
@@ -23,8 +22,9 @@ from client.errors import (
     UnavailableError,
 )
 from client.local import LocalQueue
+from tests.client.kit import lane, shared_env
+from tests.harness import AppThread, ThreadedCoordinator
 
-pytest_plugins = ["lane_fixtures"]  # the shared fixtures
 LANE = "render:main"
 SECRET = "s3cret-token-that-must-never-appear-0123456789"
 
@@ -73,7 +73,7 @@ async def test_connection_refused(refused_port: int) -> None:
             await loose.acquire(LANE, "p", "s", "h")
 
 
-async def test_real_coordinator_wrong_token(coordinator: Server) -> None:
+async def test_real_coordinator_wrong_token(coordinator: ThreadedCoordinator) -> None:
     async with LaneClient(coordinator.url, SECRET, "studio-a", required=True) as c:
         err = await expect_pre_provider(c, "unauthorized (HTTP 401)")
         assert err.status == 401 and isinstance(err.underlying, UnauthorizedError)
@@ -94,7 +94,7 @@ async def test_real_coordinator_wrong_token(coordinator: Server) -> None:
     ],
 )
 async def test_fake_servers(
-    fake: Callable[[str], Server], kind: str, needle: str, loose_error: type[LaneClientError]
+    fake: Callable[[str], AppThread], kind: str, needle: str, loose_error: type[LaneClientError]
 ) -> None:
     s = fake(kind)
     async with LaneClient(s.url, SECRET, "studio-a", required=True) as c:
@@ -106,7 +106,7 @@ async def test_fake_servers(
         assert_clean(ei.value)
 
 
-async def test_not_the_shared_coordinator(fake: Callable[[str], Server]) -> None:
+async def test_not_the_shared_coordinator(fake: Callable[[str], AppThread]) -> None:
     s = fake("local")
     async with LaneClient(s.url, SECRET, "studio-a", required=True) as c:
         await expect_pre_provider(
@@ -118,7 +118,7 @@ async def test_not_the_shared_coordinator(fake: Callable[[str], Server]) -> None
 
 
 async def test_replicas_on_postgres_are_a_shared_coordinator(
-    fake: Callable[[str], Server],
+    fake: Callable[[str], AppThread],
 ) -> None:
     s = fake("postgres")  # replicas on PostgreSQL report actor-postgres: shared, not refused
     async with LaneClient(s.url, SECRET, "studio-a", required=True) as c:
@@ -126,7 +126,7 @@ async def test_replicas_on_postgres_are_a_shared_coordinator(
         assert st.coordinator == "actor-postgres"
 
 
-async def test_malformed_shape_is_pre_provider(fake: Callable[[str], Server]) -> None:
+async def test_malformed_shape_is_pre_provider(fake: Callable[[str], AppThread]) -> None:
     s = fake("local")  # its body is a status shape: as an acquire reply it is malformed
     async with LaneClient(s.url, SECRET, "studio-a", required=False) as loose:
         with pytest.raises(MalformedReplyError) as ei:
@@ -196,8 +196,8 @@ def test_cli_exit_3_for_every_cause(
     lane_env: dict[str, str],
     silent_port: int,
     refused_port: int,
-    fake: Callable[[str], Server],
-    coordinator: Server,
+    fake: Callable[[str], AppThread],
+    coordinator: ThreadedCoordinator,
 ) -> None:
     status = ["status", "--lane", LANE, "--json"]
     acquire = ["acquire", "--lane", LANE, "--project", "p", "--scene", "s", "--prompt-hash", "h"]
@@ -227,7 +227,7 @@ def test_cli_not_required_errors_exit_1(lane_env: dict[str, str], refused_port: 
 
 
 def test_cli_ok_against_real_coordinator_when_required(
-    lane_env: dict[str, str], coordinator: Server
+    lane_env: dict[str, str], coordinator: ThreadedCoordinator
 ) -> None:
     env = shared_env(lane_env, coordinator)
     env["LANE_REQUIRED"] = "1"

@@ -11,23 +11,15 @@ import time
 from pathlib import Path
 
 import pytest
-from lane_testkit import REPO, lane
 
 from client.config import connect, load_settings
 from client.errors import NotFoundError, NotOwnerError, SyncedFolderError, TicketNotHeldError
 from client.local import LocalQueue, mount_fstype, synced_folder_reason
+from tests.client.kit import REPO, lane
+from tests.harness import FakeClock
 
-pytest_plugins = ["lane_fixtures"]  # the shared fixtures
 LANE = "render:local"
 WORKER = Path(__file__).with_name("race_worker.py")
-
-
-class FakeClock:
-    def __init__(self, now: float = 1_764_450_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def q(tmp: Path, machine: str = "m1", claim: str | None = "c1", **kw: object) -> LocalQueue:

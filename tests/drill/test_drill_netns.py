@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from drillkit import BIN, REPO, clean_env
+from tests.drill.kit import BIN, REPO, clean_env
 
 STEPS = ["1", "2", "3", "3b", "4", "5", "6", "7"]
 

@@ -11,18 +11,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from drillkit import BARRIER, BIN, LANE, Coordinator, drill, live, role_env
+
+from tests.drill.kit import BARRIER, BIN, LANE, drill, drill_coordinator, live, role_env
+from tests.harness import CoordinatorProcess
 
 
 @pytest.fixture
-def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
-    c = Coordinator(tmp_path)
+def coordinator(tmp_path: Path) -> Iterator[CoordinatorProcess]:
+    c = drill_coordinator(tmp_path)
     yield c
     c.stop()
 
 
 def test_role_a_alone_times_out_and_releases_its_announcement(
-    coordinator: Coordinator, tmp_path: Path
+    coordinator: CoordinatorProcess, tmp_path: Path
 ) -> None:
     env = role_env(tmp_path, coordinator, "lonely-a")
     run = subprocess.run(
@@ -50,7 +52,7 @@ def test_role_a_alone_times_out_and_releases_its_announcement(
 
 
 def test_role_b_alone_times_out_without_making_anything(
-    coordinator: Coordinator, tmp_path: Path
+    coordinator: CoordinatorProcess, tmp_path: Path
 ) -> None:
     env = role_env(tmp_path, coordinator, "lonely-b")
     p = drill(env, "--role", "b", "--timeout", "3")
@@ -62,12 +64,12 @@ def test_role_b_alone_times_out_without_making_anything(
 
 
 def test_partner_vanishing_mid_drill_fails_the_other_role_which_releases_its_tickets(
-    coordinator: Coordinator, tmp_path: Path
+    coordinator: CoordinatorProcess, tmp_path: Path
 ) -> None:
     a = drill(role_env(tmp_path, coordinator, "stays-a"), "--role", "a", "--timeout", "15")
     b = drill(role_env(tmp_path, coordinator, "dies-b"), "--role", "b", "--timeout", "60")
     try:
-        b.wait_for(lambda ln: ln.startswith("PASS  step 2/6"), 120)
+        b.wait_for_line(lambda ln: ln.startswith("PASS  step 2/6"), 120)
         b.kill()  # SIGKILL: B can release nothing
         assert a.wait(180) == 1, a.text
     finally:
@@ -88,11 +90,11 @@ def test_partner_vanishing_mid_drill_fails_the_other_role_which_releases_its_tic
 
 
 def test_ctrl_c_releases_every_ticket_and_exits_130(
-    coordinator: Coordinator, tmp_path: Path
+    coordinator: CoordinatorProcess, tmp_path: Path
 ) -> None:
     a = drill(role_env(tmp_path, coordinator, "interrupted-a"), "--role", "a")
     try:
-        a.wait_for(lambda ln: "announced on drill:acceptance-barrier" in ln, 120)
+        a.wait_for_line(lambda ln: "announced on drill:acceptance-barrier" in ln, 120)
         assert len(live(coordinator.status(BARRIER))) == 1
         a.signal(signal.SIGINT)
         assert a.wait(120) == 130, a.text

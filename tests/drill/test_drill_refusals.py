@@ -7,16 +7,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from aiohttp import web
-from drillkit import BIN, Coordinator, clean_env, drill, role_env
+
+from tests.drill.kit import BIN, clean_env, drill, drill_coordinator, role_env
+from tests.harness import CoordinatorProcess, fake_coordinator
 
 
 @pytest.fixture(scope="module")
-def coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinator]:
-    c = Coordinator(tmp_path_factory.mktemp("refusals"))
+def coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CoordinatorProcess]:
+    c = drill_coordinator(tmp_path_factory.mktemp("refusals"))
     yield c
     c.stop()
 
@@ -32,7 +32,7 @@ def coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinato
     ],
 )  # fmt: skip
 def test_production_accounts_are_refused(
-    coordinator: Coordinator,
+    coordinator: CoordinatorProcess,
     tmp_path: Path,
     args: list[str],
     extra_env: dict[str, str],
@@ -52,7 +52,7 @@ def test_production_accounts_are_refused(
     assert coordinator.token not in p.text
 
 
-def test_unenforced_lane_is_refused(coordinator: Coordinator, tmp_path: Path) -> None:
+def test_unenforced_lane_is_refused(coordinator: CoordinatorProcess, tmp_path: Path) -> None:
     env = role_env(tmp_path, coordinator, "refuse-b")
     p = drill(env, "--role", "b", "--lane", "free-route:acceptance", "--timeout", "5")
     assert p.wait(120) == 1, p.text
@@ -61,35 +61,26 @@ def test_unenforced_lane_is_refused(coordinator: Coordinator, tmp_path: Path) ->
     assert coordinator.status("free-route:acceptance-barrier")["enforced"] is False
 
 
-async def test_non_shared_coordinator_is_refused(aiohttp_server: Any, tmp_path: Path) -> None:
+async def test_non_shared_coordinator_is_refused(tmp_path: Path) -> None:
     """A server that answers like the local queue (coordinator: local-sqlite) is refused
     before anything is acquired: exit 3 (pre-provider), only status was asked."""
-    hits: list[str] = []
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        hits.append(request.path)
-        body = await request.json()
-        return web.json_response(
-            {"coordinator": "local-sqlite", "lane": body.get("lane"), "enforced": True,
-             "capacity": 1, "held": [], "queued": [], "pause": None, "now": 1.0}
-        )  # fmt: skip
-
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handler)
-    server = await aiohttp_server(app)
+    server = fake_coordinator("local")
     env = clean_env(tmp_path)
     env.update(
-        LANE_COORDINATOR_URL=str(server.make_url("")).rstrip("/"),
+        LANE_COORDINATOR_URL=server.url,
         LANE_TOKEN="fake-token-0123456789abcdefghijklmnopqrstuvwxyz",
         LANE_MACHINE_ID="refuse-c",
     )
-    proc = await asyncio.create_subprocess_exec(
-        str(BIN / "lane"), "drill", "--role", "a", "--timeout", "5",
-        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    raw, _ = await asyncio.wait_for(proc.communicate(), 120)
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            str(BIN / "lane"), "drill", "--role", "a", "--timeout", "5",
+            env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        raw, _ = await asyncio.wait_for(proc.communicate(), 120)
+    finally:
+        server.stop()
     text = raw.decode()
     assert proc.returncode == 3, text
     assert "not one of ['actor-postgres', 'actor-sqlite']" in text, text
     assert "not the shared coordinator" in text, text
-    assert hits and set(hits) == {"/v1/lanes/status"}, hits
+    assert server.hits and set(server.hits) == {"/v1/lanes/status"}, server.hits

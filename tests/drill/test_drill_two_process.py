@@ -10,7 +10,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from drillkit import BARRIER, BIN, LANE, REPO, Coordinator, clean_env, live
+from tests.drill.kit import BARRIER, BIN, LANE, REPO, clean_env, drill_coordinator, live
 
 STEPS = ["1", "2", "3", "3b", "4", "5", "6"]
 
@@ -47,7 +47,7 @@ def test_make_drill_passes_with_two_processes_and_leaves_nothing_live(tmp_path: 
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("lane-drill.")]
 
     # The SQLite files agree (a second coordinator on the same data dir).
-    coord = Coordinator(tmp_path / "reopen", data_dir=tmp_path / "data")
+    coord = drill_coordinator(tmp_path / "reopen", data_dir=tmp_path / "data")
     try:
         for lane in (LANE, BARRIER):
             st = coord.status(lane)
@@ -66,7 +66,7 @@ def test_make_drill_passes_with_two_processes_and_leaves_nothing_live(tmp_path: 
         assert {e["machineId"] for e in drill_log} == {"drill-computer-a", "drill-computer-b"}
         barrier_log = coord.history(BARRIER)["entries"]
         assert barrier_log and all(e["outcome"] == "not-submitted" for e in barrier_log)
-        receipts = coord.post("status", {"lane": LANE, "includeReceipts": True})
+        receipts = coord.op("status", {"lane": LANE, "includeReceipts": True})
         assert len(receipts["recentReceipts"]) == 1  # stored once; replay and conflict were not
     finally:
         coord.stop()

@@ -1,1 +1,1 @@
-"""Driver helper tests (client/driver.py, journal.py, receipts.py, example_driver.py)."""
+"""Driver helper tests (client/driver/: Turn, SyncTurn, journal, receipts, example driver)."""

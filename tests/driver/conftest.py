@@ -1,11 +1,11 @@
-"""Fixtures for the driver tests (helpers in driver_kit.py): the real coordinator on loopback
-with a ManualClock and a temp data dir, LaneClients closed at teardown, a journal in a temp
-state dir, and a clean environment for driver subprocesses."""
+"""Fixtures for the driver tests, thin over tests/harness (helpers in kit.py): the real
+coordinator on loopback in a loop thread with a ManualClock and a temp data dir, LaneClients
+closed at teardown, a journal in a temp state dir, and a clean environment for driver
+subprocesses."""
 
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,23 +13,23 @@ from typing import Any
 import pytest
 
 from client.api import LaneClient
-from client.journal import JOURNAL_FILE, Journal
-from coordinator.clock import ManualClock
-
-from .driver_kit import Coord, clean_env, start_coordinator
+from client.driver.journal import JOURNAL_FILE, Journal
+from tests.harness import TestManualClock, ThreadedCoordinator, clean_env, client_config
 
 
 @pytest.fixture
-def coord(tmp_path: Path) -> Iterator[Coord]:
+def coord(tmp_path: Path) -> Iterator[ThreadedCoordinator]:
     """The real coordinator (ManualClock: time moves only with coord.advance). Routes
-    `drill` and `render` have capacity 1; route `free` is unenforced."""
-    c = start_coordinator(tmp_path / "coordinator-data", ManualClock())
+    `drill` and `render` have capacity 1; route `free` is unenforced (client_config())."""
+    c = ThreadedCoordinator(
+        tmp_path / "coordinator-data", config=client_config(), clock=TestManualClock()
+    )
     yield c
     c.stop()
 
 
 @pytest.fixture
-async def clients(coord: Coord) -> AsyncIterator[Callable[..., LaneClient]]:
+async def clients(coord: ThreadedCoordinator) -> AsyncIterator[Callable[..., LaneClient]]:
     """clients(machine, claim, **kw) -> a LaneClient on `coord`, closed at teardown."""
     made: list[LaneClient] = []
 
@@ -60,16 +60,6 @@ def journal(state_dir: Path) -> Iterator[Journal]:
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     return clean_env(tmp_path)
-
-
-@pytest.fixture
-def refused_port() -> int:
-    """A port nothing listens on (bound, then closed): connection refused."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port: int = sock.getsockname()[1]
-    sock.close()
-    return port
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
     python crash_worker.py URL TOKEN JOURNAL PROVIDER_DIR CLAIM {after-submit|during-submit|queued}
 
 Prints the ticket id once it holds the ticket, then submits to the file-backed simulated
-provider of client/example_driver.py and exits with code 17 without releasing anything.
+provider of client/driver/example.py and exits with code 17 without releasing anything.
 (`queued`: the test kills it with SIGKILL while it still waits for its grant.)"""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import sys
 
 from client.api import LaneClient
 from client.driver import Turn
-from client.example_driver import SimulatedProvider
-from client.journal import Journal
+from client.driver.example import SimulatedProvider
+from client.driver.journal import Journal
 
-LANE = "drill:example"  # driver_kit.LANE (this file runs as a script, not in the package)
+LANE = "drill:example"  # kit.LANE (this file runs as a script, not in the package)
 H = "sha256:" + "77" * 32
 
 

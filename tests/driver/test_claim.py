@@ -11,8 +11,9 @@ import pytest
 
 from client.config import ENV_CLAIM, connect, load_settings
 from client.driver import Turn
+from tests.harness import ThreadedCoordinator
 
-from .driver_kit import LANE, PY, REPO, Coord
+from .kit import LANE, PY, REPO
 
 CHILD = (
     "import os; from client.config import load_settings; "
@@ -21,7 +22,7 @@ CHILD = (
 
 
 async def test_one_claim_per_process_exported_to_children(
-    coord: Coord, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_lane_env: None
+    coord: ThreadedCoordinator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_lane_env: None
 ) -> None:
     monkeypatch.setenv("LANE_CONFIG_DIR", str(tmp_path / "cfg"))
     monkeypatch.setenv("LANE_COORDINATOR_URL", coord.url)

@@ -10,8 +10,9 @@ from typing import Any
 import msgspec
 
 from client.api import LaneClient
+from tests.harness import ThreadedCoordinator
 
-from .driver_kit import LANE, PY, REPO, Coord, last_json
+from .kit import LANE, PY, REPO, last_json
 
 
 def run_driver(env: dict[str, str], *args: str) -> tuple[int, dict[str, Any], str]:
@@ -23,7 +24,7 @@ def run_driver(env: dict[str, str], *args: str) -> tuple[int, dict[str, Any], st
     return p.returncode, summary, p.stderr
 
 
-async def test_example_driver_whole_flow(coord: Coord, env: dict[str, str]) -> None:
+async def test_example_driver_whole_flow(coord: ThreadedCoordinator, env: dict[str, str]) -> None:
     code, s, err = run_driver(coord.env(env))
     assert code == 0, err[-3000:]
     assert s["outcome"] == "completed" and s["released"] and s["providerJobId"]
@@ -46,7 +47,9 @@ async def test_example_driver_whole_flow(coord: Coord, env: dict[str, str]) -> N
             assert "example prompt" not in text and "/" not in text
 
 
-async def test_example_driver_crash_and_resume(coord: Coord, env: dict[str, str]) -> None:
+async def test_example_driver_crash_and_resume(
+    coord: ThreadedCoordinator, env: dict[str, str]
+) -> None:
     code, s, err = run_driver(coord.env(env), "--demo-crash")
     assert code == 0, err[-3000:]
     assert "simulated crash after submit" in err
@@ -61,7 +64,7 @@ async def test_example_driver_crash_and_resume(coord: Coord, env: dict[str, str]
 
 
 def test_example_driver_crash_during_submit_then_reconcile(
-    coord: Coord, env: dict[str, str], tmp_path: Path
+    coord: ThreadedCoordinator, env: dict[str, str], tmp_path: Path
 ) -> None:
     e = coord.env(env)
     code, _, err = run_driver(e, "--crash-at", "during-submit")
@@ -72,7 +75,7 @@ def test_example_driver_crash_during_submit_then_reconcile(
     assert s["provider"]["submitCalls"] == 1 and s["provider"]["findCalls"] == 1
 
 
-async def test_example_driver_human_check(coord: Coord, env: dict[str, str]) -> None:
+async def test_example_driver_human_check(coord: ThreadedCoordinator, env: dict[str, str]) -> None:
     code, s, err = run_driver(coord.env(env), "--human-check")
     assert code == 0, err[-3000:]
     assert s["humanCheck"] and s["outcome"] == "not-submitted"

@@ -12,16 +12,17 @@ import pytest
 from client.api import LaneClient
 from client.config import load_settings
 from client.driver import ProviderHumanCheck, Turn, TurnNotHeld, human_check_cooldown_seconds
-from client.journal import Journal
+from client.driver.journal import Journal
+from tests.harness import ThreadedCoordinator
 
-from .driver_kit import LANE, Coord
+from .kit import LANE
 
 H = "sha256:" + "ef" * 32
 Clients = Callable[..., LaneClient]
 
 
 async def test_human_check_pauses_the_lane_for_everyone_and_releases_not_submitted(
-    coord: Coord,
+    coord: ThreadedCoordinator,
     clients: Clients,
     journal: Journal,
     monkeypatch: pytest.MonkeyPatch,
@@ -90,7 +91,7 @@ async def test_a_human_check_raised_by_the_submit_is_handled_on_exit(
 @pytest.mark.parametrize("required", [False, True])
 @pytest.mark.parametrize("fault", ["404-text", "404-json"])
 async def test_cooldown_404_from_an_old_coordinator_is_a_warning(
-    coord: Coord,
+    coord: ThreadedCoordinator,
     clients: Clients,
     caplog: pytest.LogCaptureFixture,
     capsys: pytest.CaptureFixture[str],

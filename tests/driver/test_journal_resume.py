@@ -13,10 +13,11 @@ import pytest
 
 from client.api import LaneClient
 from client.driver import AlreadySubmitted, ReconcileRequired, Turn
-from client.example_driver import SimulatedProvider
-from client.journal import JOURNAL_FILE, NEEDS_RECONCILE, Journal, Window
+from client.driver.example import SimulatedProvider
+from client.driver.journal import JOURNAL_FILE, NEEDS_RECONCILE, Journal, Window
+from tests.harness import ThreadedCoordinator
 
-from .driver_kit import LANE, PY, Coord, FakeProvider, wait_until
+from .kit import LANE, PY, FakeProvider, wait_until
 
 H = "sha256:" + "77" * 32  # crash_worker.py's window: (LANE, proj, scene-1, H)
 WINDOW = Window(LANE, "proj", "scene-1", H)
@@ -50,7 +51,11 @@ class Counting:
 
 
 def crash_driver(
-    coord: Coord, env: dict[str, str], state_dir: Path, where: str, claim: str = "claim-crashed"
+    coord: ThreadedCoordinator,
+    env: dict[str, str],
+    state_dir: Path,
+    where: str,
+    claim: str = "claim-crashed",
 ) -> str:
     """Run crash_worker.py to its crash; returns the ticket id it held."""
     run = subprocess.run(
@@ -63,7 +68,7 @@ def crash_driver(
 
 
 async def test_resume_after_a_crash_between_submit_and_terminal(
-    coord: Coord, clients: Clients, env: dict[str, str], state_dir: Path
+    coord: ThreadedCoordinator, clients: Clients, env: dict[str, str], state_dir: Path
 ) -> None:
     ticket = crash_driver(coord, env, state_dir, "after-submit")
     with Journal(state_dir / JOURNAL_FILE) as journal:
@@ -100,7 +105,7 @@ async def test_resume_after_a_crash_between_submit_and_terminal(
 
 
 async def test_resume_on_a_new_ticket_when_the_old_lease_ran_out(
-    coord: Coord, clients: Clients, env: dict[str, str], state_dir: Path
+    coord: ThreadedCoordinator, clients: Clients, env: dict[str, str], state_dir: Path
 ) -> None:
     old = crash_driver(coord, env, state_dir, "after-submit")
     coord.advance(16)  # the crashed driver's 15 s lease runs out: the alarm reaps it
@@ -119,7 +124,7 @@ async def test_resume_on_a_new_ticket_when_the_old_lease_ran_out(
 
 
 async def test_a_crash_during_submit_is_reconciled_before_any_submit(
-    coord: Coord, clients: Clients, env: dict[str, str], state_dir: Path
+    coord: ThreadedCoordinator, clients: Clients, env: dict[str, str], state_dir: Path
 ) -> None:
     ticket = crash_driver(coord, env, state_dir, "during-submit")
     provider = Counting(state_dir / "provider")
@@ -145,7 +150,7 @@ async def test_a_crash_during_submit_is_reconciled_before_any_submit(
 
 
 async def test_a_driver_killed_while_queued_is_adopted_not_queued_behind(
-    coord: Coord, clients: Clients, env: dict[str, str], state_dir: Path
+    coord: ThreadedCoordinator, clients: Clients, env: dict[str, str], state_dir: Path
 ) -> None:
     other = clients("studio-b", "claim-b")
     async with Turn(other, LANE, "proj", "scene-0", H) as holder:

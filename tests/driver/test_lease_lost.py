@@ -8,13 +8,14 @@ from collections.abc import Callable
 
 import pytest
 
-import client.driver as driver_mod
+import client.driver.heartbeat as heartbeat_mod
 from client.api import LaneClient
 from client.clock import monotonic
 from client.driver import LeaseLost, Turn
-from client.journal import NEEDS_LEASE_LOST, Journal
+from client.driver.journal import NEEDS_LEASE_LOST, Journal
+from tests.harness import ThreadedCoordinator
 
-from .driver_kit import LANE, Coord, FakeProvider, Recording, wait_until
+from .kit import LANE, FakeProvider, Recording, wait_until
 
 H = "sha256:" + "cd" * 32
 Clients = Callable[..., LaneClient]
@@ -22,7 +23,10 @@ FAST = {"lease_seconds": 15, "heartbeat_interval": 0.05}
 
 
 async def test_expired_lease_is_lost_after_exactly_three_refusals(
-    coord: Coord, clients: Clients, journal: Journal, capsys: pytest.CaptureFixture[str]
+    coord: ThreadedCoordinator,
+    clients: Clients,
+    journal: Journal,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     a = Recording(clients("studio-a", "claim-a"))
     provider = FakeProvider()
@@ -73,7 +77,9 @@ async def test_hand_release_from_the_same_machine_loses_the_lease(
     assert rec.provider_job_id is None and not rec.unfinished  # nothing was submitted
 
 
-async def test_transient_heartbeat_errors_are_not_refusals(coord: Coord, clients: Clients) -> None:
+async def test_transient_heartbeat_errors_are_not_refusals(
+    coord: ThreadedCoordinator, clients: Clients
+) -> None:
     a = Recording(clients("studio-a", "claim-a"))
     async with Turn(a, LANE, "proj", "scene-1", H, **FAST) as turn:  # type: ignore[arg-type]
         for fault in ("503", "drop"):
@@ -90,7 +96,7 @@ async def test_transient_heartbeat_errors_are_not_refusals(coord: Coord, clients
 
 
 async def test_a_lease_unconfirmed_for_a_whole_lease_is_lost(
-    coord: Coord, clients: Clients, monkeypatch: pytest.MonkeyPatch
+    coord: ThreadedCoordinator, clients: Clients, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a = clients()
     turn = Turn(a, LANE, "proj", "scene-1", H, **FAST)  # type: ignore[arg-type]
@@ -101,7 +107,7 @@ async def test_a_lease_unconfirmed_for_a_whole_lease_is_lost(
             await wait_until(lambda: turn.heartbeat_errors > errors, what="an error")
             assert not turn.lease_lost
             # this computer's clock moves past the lease while the coordinator is unreachable
-            monkeypatch.setattr(driver_mod, "monotonic", lambda: monotonic() + 16)
+            monkeypatch.setattr(heartbeat_mod, "monotonic", lambda: monotonic() + 16)
             await wait_until(lambda: turn.lease_lost, what="the lease to be lost")
             assert turn.refusals == 0 and turn.lease_lost_reason == "unconfirmed"
             turn.check()
@@ -161,14 +167,14 @@ async def test_poll_is_cancelled_when_the_lease_is_lost(clients: Clients, journa
 
 
 async def test_check_inside_the_block_raises_without_cancelling_it(
-    coord: Coord, clients: Clients, monkeypatch: pytest.MonkeyPatch
+    coord: ThreadedCoordinator, clients: Clients, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a = clients()
     turn = Turn(a, LANE, "proj", "scene-1", H, cancel_on_lease_lost=True, **FAST)  # type: ignore[arg-type]
     with pytest.raises(LeaseLost, match="unconfirmed"):
         async with turn:
             coord.faults["/v1/lanes/heartbeat"] = "503"
-            monkeypatch.setattr(driver_mod, "monotonic", lambda: monotonic() + 16)
+            monkeypatch.setattr(heartbeat_mod, "monotonic", lambda: monotonic() + 16)
             turn.check()  # detects it first, in the block's own task
     task = asyncio.current_task()
     assert task is not None and task.cancelling() == 0

@@ -15,8 +15,7 @@ import rfc8785
 
 from client.api import LaneClient
 from client.driver import Turn
-from client.local import LocalQueue
-from client.receipts import (
+from client.driver.receipts import (
     PHASES,
     Receipts,
     check_payload,
@@ -29,8 +28,10 @@ from client.receipts import (
     receipt_id,
     references_applied_payload,
 )
+from client.local import LocalQueue
+from tests.harness import ThreadedCoordinator
 
-from .driver_kit import LANE, Coord, FakeProvider
+from .kit import LANE, FakeProvider
 
 H = "sha256:" + "12" * 32
 Clients = Callable[..., LaneClient]
@@ -135,7 +136,9 @@ def test_ids_and_hashes_are_rfc8785_sha256() -> None:
         receipt_id("t_abc", "bogus", payload)
 
 
-async def test_a_refused_payload_is_never_sent(coord: Coord, clients: Clients) -> None:
+async def test_a_refused_payload_is_never_sent(
+    coord: ThreadedCoordinator, clients: Clients
+) -> None:
     a = clients()
     async with Turn(a, LANE, "proj", "scene-1", H, receipts=False) as turn:
         assert turn.receipts is not None and turn.ticket_id is not None
@@ -193,7 +196,7 @@ async def test_unreachable_coordinator_drops_the_receipt(refused_port: int, requ
 
 @pytest.mark.parametrize("fault", ["drop", "503"])
 async def test_receipt_failures_during_a_turn_do_not_fail_it(
-    coord: Coord, clients: Clients, fault: str
+    coord: ThreadedCoordinator, clients: Clients, fault: str
 ) -> None:
     coord.faults["/v1/lanes/receipt"] = fault
     a = clients("studio-a", "claim-a", required=True)  # even fail-closed: receipts are evidence

@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import io
 import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from client.driver import LeaseLost, ProviderHumanCheck, ReconcileRequired, SyncTurn
-from client.journal import Journal
+from client.config import load_settings
+from client.driver import LeaseLost, ProviderHumanCheck, ReconcileRequired, SyncTurn, Turn
+from client.driver.journal import Journal
 from client.sync import SyncLaneClient
+from tests.harness import ThreadedCoordinator
 
-from .driver_kit import LANE, Coord, FakeProvider
+from .kit import LANE, FakeProvider
 
 H = "sha256:" + "99" * 32
 
 
 @pytest.fixture
-def sync_clients(coord: Coord) -> Iterator[Callable[..., SyncLaneClient]]:
+def sync_clients(coord: ThreadedCoordinator) -> Iterator[Callable[..., SyncLaneClient]]:
     made: list[SyncLaneClient] = []
 
     def make(machine: str = "studio-a", claim: str | None = "claim-a") -> SyncLaneClient:
@@ -107,3 +112,45 @@ def test_sync_turn_human_check_and_lease_lost(
         wait_for(lambda: t2.lease_lost)
         assert t2.needs == "rerender:lease-lost"
         t2.check()
+
+
+def _options(cls: type) -> list[tuple[str, object, object, object]]:
+    """The constructor's parameters after the backend/client: (name, kind, default, type)."""
+    params = list(inspect.signature(cls).parameters.values())[1:]
+    return [(p.name, p.kind, p.default, p.annotation) for p in params]
+
+
+def test_sync_turn_takes_exactly_turns_options() -> None:
+    """Same names, kinds, defaults and (spelled) types as Turn's, so they cannot drift."""
+    turn, sync = _options(Turn), _options(SyncTurn)
+    assert sync == turn
+    names = [name for name, kind, _, _ in turn if kind is inspect.Parameter.KEYWORD_ONLY]
+    assert "lease_seconds" in names and "stream" in names and len(names) == 12
+    client = next(iter(inspect.signature(SyncTurn).parameters.values()))
+    assert client.name == "client" and client.annotation == "SyncLaneClient"
+    assert all(p.kind is not p.VAR_KEYWORD for p in inspect.signature(SyncTurn).parameters.values())
+
+
+def test_sync_turn_passes_every_option_to_its_turn(
+    sync_clients: Callable[..., SyncLaneClient], journal: Journal
+) -> None:
+    lane = sync_clients()
+    stream = io.StringIO()
+
+    def on_wait(update: object) -> None:
+        pass
+
+    t = SyncTurn(lane, LANE, "p", "s", H, lease_seconds=45, heartbeat_interval=5,
+                 refusal_retry_seconds=2, journal=journal, on_wait=on_wait, wait_seconds=7,
+                 max_wait=90, cooldown_seconds=60, receipts=False, stream=stream).turn  # fmt: skip
+    assert (t.lease_seconds, t.heartbeat_interval, t.refusal_retry_seconds) == (45, 5, 2)
+    assert (t.journal, t.on_wait, t.wait_seconds, t.max_wait) == (journal, on_wait, 7, 90)
+    assert (t.cooldown_seconds, t.write_receipts, t.out) == (60, False, stream)
+    assert not t.cancel_on_lease_lost
+    settings = dataclasses.replace(load_settings(mint_claim=False, use_keyring=False),
+                                   human_check_cooldown_seconds=123.0)  # fmt: skip
+    assert SyncTurn(lane, LANE, "p", "s", H, settings=settings).turn.cooldown_seconds == 123.0
+    with pytest.raises(ValueError, match="cancel_on_lease_lost"):
+        SyncTurn(lane, LANE, "p", "s", H, cancel_on_lease_lost=True)
+    with pytest.raises(TypeError):
+        SyncTurn(lane, LANE, "p", "s", H, lease_secs=45)  # type: ignore[call-arg]

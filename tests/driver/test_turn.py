@@ -13,12 +13,13 @@ import rfc8785
 
 from client.api import LaneClient
 from client.driver import NotGranted, NotSubmitted, Turn, TurnNotHeld, WaitUpdate, WindowBusy
-from client.journal import Journal
+from client.driver.journal import Journal
+from client.driver.receipts import PHASES, hash_bytes
 from client.local import LocalQueue
-from client.receipts import PHASES, hash_bytes
 from coordinator.clock import SystemClock
+from tests.harness import ThreadedCoordinator, client_config
 
-from .driver_kit import FREE_LANE, LANE, Coord, FakeProvider, start_coordinator, wait_until
+from .kit import FREE_LANE, LANE, FakeProvider, wait_until
 
 H = "sha256:" + "ab" * 32
 Clients = Callable[..., LaneClient]
@@ -155,7 +156,7 @@ async def test_same_window_twice_in_one_process_is_refused(clients: Clients) -> 
         assert again.granted
 
 
-def test_turn_needs_a_claim_and_a_short_enough_interval(coord: Coord) -> None:
+def test_turn_needs_a_claim_and_a_short_enough_interval(coord: ThreadedCoordinator) -> None:
     with pytest.raises(ValueError, match="claim"):
         Turn(coord.client("m", None), LANE, "p", "s", H)
     with pytest.raises(ValueError, match="third of the lease"):
@@ -165,7 +166,7 @@ def test_turn_needs_a_claim_and_a_short_enough_interval(coord: Coord) -> None:
 
 
 async def test_heartbeats_keep_the_lease_past_its_first_expiry(
-    coord: Coord, clients: Clients
+    coord: ThreadedCoordinator, clients: Clients
 ) -> None:
     a = clients()
     async with Turn(a, LANE, "proj", "scene-1", H, lease_seconds=15, heartbeat_interval=0.05) as t:
@@ -183,7 +184,9 @@ async def test_heartbeats_keep_the_lease_past_its_first_expiry(
 
 
 async def test_max_wait_gives_the_queued_ticket_back(tmp_path: Path) -> None:
-    real = start_coordinator(tmp_path / "real-clock-data", SystemClock())
+    real = ThreadedCoordinator(
+        tmp_path / "real-clock-data", config=client_config(), clock=SystemClock()
+    )
     a, b = real.client("studio-a", "claim-a"), real.client("studio-b", "claim-b")
     try:
         async with Turn(a, LANE, "proj", "scene-1", H):

@@ -6,10 +6,10 @@ import asyncio
 import re
 from typing import TYPE_CHECKING
 
-from http_kit import DUO, SOLO, TICKET_KEYS, acquire_body, assert_error, ticket_body
+from tests.integration.kit import DUO, SOLO, TICKET_KEYS, acquire_body, assert_error, ticket_body
 
 if TYPE_CHECKING:
-    from conftest import Running
+    from tests.harness import Running
 
 
 async def test_first_acquire_is_granted_with_the_full_reply_shape(server: Running) -> None:

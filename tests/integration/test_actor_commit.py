@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from coordinator.actor.lane_actor import Ctx, LaneActor
@@ -75,12 +76,18 @@ async def actor(tmp_path: Path) -> AsyncIterator[tuple[LaneActor, GatedStore]]:
         executor.shutdown()
 
 
+def wire(reply: msgspec.Struct) -> dict[str, Any]:
+    """A core reply as the JSON object it is on the wire."""
+    out: dict[str, Any] = msgspec.to_builtins(reply)
+    return out
+
+
 def acquire(n: int, machine: str = "m") -> Any:
     async def job(ctx: Ctx) -> dict[str, Any]:
         cmd = Acquire(machine, None, "p", "s", f"h{n}", None, f"t_{n:04d}")
         reply, fx = ctx.core.acquire(cmd, ctx.now)
         ctx.fx.extend(fx)
-        return reply
+        return wire(reply)
 
     return job
 
@@ -94,7 +101,7 @@ def release(ticket_id: str) -> Any:
             Release(TicketCall("m", None, ticket_id), "completed", None, None), ctx.now, ended
         )
         ctx.fx.extend(fx)
-        return reply
+        return wire(reply)
 
     return job
 

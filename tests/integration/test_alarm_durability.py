@@ -7,10 +7,10 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from http_kit import DUO, SOLO, acquire_body, receipt_body, ticket_body
+from tests.integration.kit import DUO, SOLO, acquire_body, receipt_body, ticket_body
 
 if TYPE_CHECKING:
-    from conftest import Running
+    from tests.harness import Running
 
 TABLES = ("tickets", "receipts", "incidents", "pause", "projects", "meta")
 

@@ -6,10 +6,10 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from http_kit import DUO, SOLO, acquire_body, assert_error, ticket_body
+from tests.integration.kit import DUO, SOLO, acquire_body, assert_error, ticket_body
 
 if TYPE_CHECKING:
-    from conftest import Reply, Running
+    from tests.harness import Reply, Running
 
 
 async def _held_and_queued(server: Running, lane: str = SOLO, **lease: Any) -> tuple[str, str]:

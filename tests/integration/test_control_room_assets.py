@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from coordinator.http.app import CONTROL_ROOM_ASSETS
 
 if TYPE_CHECKING:
-    from conftest import Running
+    from tests.harness import Running
 
 ASSETS = "/control-room/assets/"
 MAX_MODULE_LINES = 400

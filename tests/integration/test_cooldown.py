@@ -6,10 +6,11 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from http_kit import DUO, SOLO, acquire_body, assert_error, ticket_body
+
+from tests.integration.kit import DUO, SOLO, acquire_body, assert_error, ticket_body
 
 if TYPE_CHECKING:
-    from conftest import Running
+    from tests.harness import Running
 
 REASON = "provider-human-check"
 

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from http_kit import SOLO, acquire_body, assert_error, receipt_body, ticket_body
 
 from coordinator.store.lock import LOCK_NAME
+from tests.integration.kit import SOLO, acquire_body, assert_error, receipt_body, ticket_body
 
 if TYPE_CHECKING:
-    from conftest import Running
+    from tests.harness import Running
 
 POSTS = ("acquire", "await", "heartbeat", "release", "receipt", "status", "history", "cooldown")
 GETS = (

@@ -11,12 +11,13 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from http_kit import DUO, ERROR_CODES, FREE, PHASES, SOLO, acquire_body
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.integration.kit import DUO, ERROR_CODES, FREE, PHASES, SOLO, acquire_body
+
 if TYPE_CHECKING:
-    from conftest import Reply, Running
+    from tests.harness import Reply, Running
 
 POSTS = ("acquire", "await", "heartbeat", "release", "receipt", "status", "history", "cooldown")
 FUZZ_SETTINGS = settings(

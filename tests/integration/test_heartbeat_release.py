@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from http_kit import DUO, SOLO, acquire_body, assert_error, ticket_body
+from tests.integration.kit import DUO, SOLO, acquire_body, assert_error, ticket_body
 
 if TYPE_CHECKING:
-    from conftest import Running
+    from tests.harness import Running
 
 HB_KEYS = {"coordinator", "refreshed", "state", "leaseExpiresAt", "fence", "reason"}
 REL_KEYS = {"coordinator", "released", "state", "outcome", "promoted", "reason"}

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from http_kit import (
+from coordinator import constants as C
+from tests.integration.kit import (
     DUO,
     SOLO,
     acquire_body,
@@ -18,10 +19,8 @@ from http_kit import (
     ticket_body,
 )
 
-from coordinator import constants as C
-
 if TYPE_CHECKING:
-    from conftest import Running
+    from tests.harness import Running
 
 
 async def _ticket(server: Running, **kw: Any) -> dict[str, Any]:
@@ -55,7 +54,7 @@ async def test_one_read_equals_the_per_lane_reads(server: Running) -> None:
     await _finish(server, DUO, 2, "beta", "failed")
     held = await _ticket(server, lane=SOLO, project="alpha", prompt="held")
     await _ticket(server, lane=SOLO, project="gamma", prompt="waits", machine="mB", claim="cB")
-    pause = {"reasonCode": "provider-human-check", "retryAfterSeconds": 60}
+    pause: dict[str, Any] = {"reasonCode": "provider-human-check", "retryAfterSeconds": 60}
     await server.ok("cooldown", ticket_body(SOLO, held["ticketId"], **pause))
     await server.op("receipt", receipt_body(SOLO, held["ticketId"]))
 

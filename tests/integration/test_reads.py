@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from http_kit import (
+from tests.integration.kit import (
     DUO,
     FREE,
     PHASES,
@@ -16,7 +16,7 @@ from http_kit import (
 )
 
 if TYPE_CHECKING:
-    from conftest import Running
+    from tests.harness import Running
 
 
 async def _tid(server: Running, **kw: Any) -> str:

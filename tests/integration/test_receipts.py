@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from http_kit import (
+
+from tests.integration.kit import (
     DUO,
     PHASES,
     SOLO,
@@ -20,7 +21,7 @@ from http_kit import (
 )
 
 if TYPE_CHECKING:
-    from conftest import Running
+    from tests.harness import Running
 
 VECTORS = Path(__file__).resolve().parents[1] / "data" / "jcs_vectors"
 

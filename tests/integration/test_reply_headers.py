@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from http_kit import SOLO, acquire_body, assert_error, receipt_body, ticket_body
+from tests.integration.kit import SOLO, acquire_body, assert_error, receipt_body, ticket_body
 
 if TYPE_CHECKING:
-    from conftest import Reply, Running
+    from tests.harness import Reply, Running
 
 
 def assert_neutral_server(r: Reply) -> None:

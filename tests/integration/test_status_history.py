@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from http_kit import DUO, SOLO, acquire_body, assert_error, receipt_body, ticket_body
+from tests.integration.kit import DUO, SOLO, acquire_body, assert_error, receipt_body, ticket_body
 
 if TYPE_CHECKING:
-    from conftest import Running
+    from tests.harness import Running
 
 STATUS_KEYS = {"coordinator", "lane", "enforced", "capacity", "held", "queued", "pause", "now"}
 RECEIPT_ROW_KEYS = {

@@ -6,10 +6,10 @@ import re
 import uuid
 from typing import TYPE_CHECKING
 
-from http_kit import FREE, PHASES, TICKET_KEYS, acquire_body, receipt_body, ticket_body
+from tests.integration.kit import FREE, PHASES, TICKET_KEYS, acquire_body, receipt_body, ticket_body
 
 if TYPE_CHECKING:
-    from conftest import Running
+    from tests.harness import Running
 
 
 async def test_acquire_grants_unlimited_tickets_at_once(server: Running) -> None:

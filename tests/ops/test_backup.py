@@ -9,8 +9,7 @@ import threading
 from pathlib import Path
 
 from coordinator.store.sqlite import SqliteLaneStore
-
-from .serverproc import ServerProcess, cli, write_config
+from tests.harness import CoordinatorProcess, cli, write_config
 
 TOKEN = "backup-test-token-0123456789-abcdefghijklmnop"
 LANES = ("solo:main", "duo:main")
@@ -19,7 +18,7 @@ LANES = ("solo:main", "duo:main")
 class Writer(threading.Thread):
     """Acquire + release in a loop on every lane; records each acknowledged ticket."""
 
-    def __init__(self, srv: ServerProcess) -> None:
+    def __init__(self, srv: CoordinatorProcess) -> None:
         super().__init__(daemon=True)
         self.srv = srv
         self.acked: list[tuple[str, str]] = []  # (lane, ticketId), in acknowledgement order
@@ -70,7 +69,7 @@ def test_online_backup_is_consistent_and_restores(tmp_path: Path) -> None:
     token_file.write_text(TOKEN + "\n")
     config = write_config(tmp_path / "config.toml")
     data = tmp_path / "data"
-    srv = ServerProcess(data, token_file, config)
+    srv = CoordinatorProcess(data, token_file, config)
     writer = Writer(srv)
     try:
         writer.start()
@@ -113,7 +112,7 @@ def test_online_backup_is_consistent_and_restores(tmp_path: Path) -> None:
                   "--token-file", str(token_file))  # fmt: skip
     assert checked.returncode == 0, checked.stderr
     assert "migrations apply cleanly to 2 lane file(s)" in checked.stdout
-    srv2 = ServerProcess(restored, token_file, config)
+    srv2 = CoordinatorProcess(restored, token_file, config)
     try:
         for lane in LANES:
             expected = tickets_in(dest / (lane.replace(":", "+") + ".sqlite"), lane)

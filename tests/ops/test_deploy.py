@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 
 from coordinator.cli import build_parser
-
-from .serverproc import ServerProcess, cli
+from tests.harness import CoordinatorProcess, cli
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PRODUCTION = DEPLOY / "production-config.toml"
@@ -141,7 +140,7 @@ def test_container_healthcheck_probes_healthz(tmp_path: Path) -> None:
     assert "urllib" in probe[2] and "/healthz" in probe[2]
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
-    srv = ServerProcess(tmp_path / "data", token_file)
+    srv = CoordinatorProcess(tmp_path / "data", token_file)
     code = probe[2].replace("http://127.0.0.1:8787", srv.url)
     try:
         ok = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)

@@ -12,10 +12,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 import tomllib
 import urllib.request
 import zipfile
@@ -27,11 +25,14 @@ from typing import Any
 import pytest
 
 from coordinator import __version__
+from tests.harness import CoordinatorProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCTION = ROOT / "deploy" / "production-config.toml"
 TOKEN = "dist-test-token-0123456789-abcdefghijklmn"  # >= 32 bytes
-DEV_TOOLS = ("pytest", "playwright", "mypy", "hypothesis", "ruff", "openapi_spec_validator")
+DEV_TOOLS = (
+    "pytest", "playwright", "mypy", "hypothesis", "ruff", "openapi_spec_validator", "schemathesis",
+)  # fmt: skip
 # Inherited variables that would point the fresh venv's programs back at the dev setup.
 SCRUBBED = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "CONDA_PREFIX")
 START_TIMEOUT = 60.0
@@ -168,32 +169,21 @@ def test_installed_venv_has_no_dev_tools(installed: Installed) -> None:
 def served(installed: Installed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The installed `lane-coordinator serve` of the production config; its URL."""
     tmp_path = tmp_path_factory.mktemp("served")
-    log = tmp_path / "serve.log"
-    with log.open("w") as stderr:
-        proc = subprocess.Popen(
-            [str(installed.bin("lane-coordinator")), "serve", "--host", "127.0.0.1",
-             "--port", "0", "--data-dir", str(tmp_path / "data"), "--config", str(PRODUCTION)],
-            cwd=installed.work,
-            env=clean_env(LANE_COORDINATOR_TOKEN=TOKEN),
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )  # fmt: skip
+    proc = CoordinatorProcess(
+        tmp_path / "data",
+        config=PRODUCTION,
+        token=TOKEN,
+        token_env=True,
+        command=[str(installed.bin("lane-coordinator"))],
+        env=clean_env(),
+        cwd=installed.work,
+        start_timeout=START_TIMEOUT,
+    )
     try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while "listening on http://" not in log.read_text():
-            assert proc.poll() is None, f"serve exited {proc.returncode}:\n{log.read_text()}"
-            assert time.monotonic() < deadline, f"serve never listened:\n{log.read_text()}"
-            time.sleep(0.05)
-        text = log.read_text()
-        yield text.split("listening on ", 1)[1].split()[0]
+        yield proc.url
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
-    assert proc.returncode == 0, log.read_text()
+        code = proc.stop()
+    assert code == 0, proc.text
 
 
 def get(url: str, token: str | None = None) -> tuple[int, str, bytes]:

@@ -8,10 +8,9 @@ import hashlib
 from typing import Any
 
 import rfc8785
-from conftest import TOKEN, Running, StartServer, make_config
 from prometheus_client.parser import text_string_to_metric_families
 
-SOLO = "solo:main"
+from tests.harness import SOLO, TOKEN, Running, StartServer, make_config
 
 
 def parse(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

@@ -1,16 +1,17 @@
-"""GET /openapi.json: a valid OpenAPI 3.1 document, generated from the server's own
-msgspec schemas, that covers every route the aiohttp router serves."""
+"""GET /openapi.json: a valid OpenAPI 3.1 document, generated from the protocol's msgspec
+Structs (the request bodies the server validates, the replies it encodes), that covers every
+route the aiohttp router serves and every status each route answers."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import msgspec
-from conftest import Running
 from openapi_spec_validator import validate
 
-from coordinator.http import schemas as S
-from coordinator.http.openapi import Overview
+from coordinator.protocol import replies as wire
+from coordinator.protocol import requests as S
+from tests.harness import Running
 
 SPEC_ERROR_CODES = {
     "bad-request", "unsupported-protocol", "unauthorized", "not-owner", "not-holder",
@@ -133,27 +134,128 @@ async def test_documented_security_is_enforced(server: Running) -> None:
             assert r.status == 401 and r.code == "unauthorized", (method, path, r.status)
             assert "401" in op["responses"]
             error = op["responses"]["401"]["content"]["application/json"]["schema"]
-            assert error == {"$ref": "#/components/schemas/ErrorBody"}
+            assert error == {"$ref": "#/components/schemas/ErrorReply"}
+            assert op["responses"]["401"]["headers"]["WWW-Authenticate"]["required"] is True
 
 
-async def test_overview_reply_is_exactly_its_documented_schema(server: Running) -> None:
-    """A real GET /v1/overview reply, with every list non-empty, decodes strictly (no field
-    the document lacks, every documented type) into the schema the document publishes."""
+def reply_struct(doc: dict[str, Any], method: str, path: str, status: int) -> type[wire.Wire]:
+    """The protocol Struct the document names for this route's reply with this status."""
+    responses = doc["paths"][path][method.lower()]["responses"]
+    assert str(status) in responses, f"{method} {path} answered an undocumented {status}"
+    ref = responses[str(status)]["content"]["application/json"]["schema"]["$ref"]
+    cls = getattr(wire, ref.rsplit("/", 1)[1])
+    assert isinstance(cls, type) and issubclass(cls, wire.Wire)
+    return cls
+
+
+def assert_documented(doc: dict[str, Any], method: str, path: str, status: int, raw: str) -> None:
+    """The reply is exactly its documented Struct: it decodes (every type as the Struct, hence
+    as its published schema, says) and survives the round trip unchanged (no field the Struct
+    lacks, none of the fields the schema requires left out)."""
+    cls = reply_struct(doc, method, path, status)
+    body = msgspec.json.decode(raw.encode())
+    again = msgspec.to_builtins(msgspec.json.decode(raw.encode(), type=cls))
+    assert again == body, f"{method} {path} {status}: not exactly {cls.__name__}"
+
+
+async def test_reply_schemas_are_the_protocol_structs(server: Running) -> None:
+    """Every reply component is msgspec's schema of the protocol Struct, with `required`
+    listing every field the server always sends (all but the UNSET ones)."""
+    doc = await fetch_doc(server)
+    schemas = doc["components"]["schemas"]
+    _, generated = msgspec.json.schema_components(
+        list(wire.REPLIES), ref_template="#/components/schemas/{name}"
+    )
+    for name, schema in generated.items():
+        published = dict(schemas[name])
+        cls = getattr(wire, name)
+        sent = [
+            f.encode_name for f in msgspec.structs.fields(cls) if f.default is not msgspec.UNSET
+        ]
+        assert published.pop("required", []) == sent, name
+        schema.pop("required", None)
+        assert published == schema, name
+    status = schemas["StatusReply"]
+    assert "recentReceipts" in status["properties"]
+    assert "recentReceipts" not in status["required"]  # only with includeReceipts
+    assert "unreadableReceipts" not in status["properties"]  # the client's own count
+    assert "receiptId" not in schemas["ReceiptReply"]["properties"]  # the client's own record
+
+
+async def test_every_reply_is_exactly_its_documented_schema(server: Running) -> None:
+    """Real replies of every route, with every list non-empty, are exactly the Struct the
+    document names for their status (errors included)."""
     base = {"protocolVersion": 1, "lane": "solo:main", "machineId": "mA", "claimId": "cA"}
     ids = {"project": "p", "scene": "s"}
-    done = (await server.op("acquire", {**base, **ids, "promptHash": "h0"})).body["ticket"]
-    await server.op("release", {**base, "ticketId": done["ticketId"], "outcome": "completed"})
-    held = (await server.op("acquire", {**base, **ids, "promptHash": "h1"})).body["ticket"]
-    await server.op("acquire", {**base, **ids, "promptHash": "h2", "machineId": "mB"})
+    doc = await fetch_doc(server)
+
+    async def op(name: str, body: dict[str, Any]) -> Any:
+        r = await server.op(name, body)
+        assert_documented(doc, "POST", f"/v1/lanes/{name}", r.status, r.text)
+        return r
+
+    done = (await op("acquire", {**base, **ids, "promptHash": "h0"})).body["ticket"]
+    await op("release", {**base, "ticketId": done["ticketId"], "outcome": "completed"})
+    held = (await op("acquire", {**base, **ids, "promptHash": "h1"})).body["ticket"]
+    await op("acquire", {**base, **ids, "promptHash": "h2", "machineId": "mB"})
+    await op("acquire", {**base, **ids, "promptHash": "h1", "machineId": "mB"})  # collision
     tid = held["ticketId"]
     body = {**base, "ticketId": tid, "reasonCode": "provider-human-check"}
-    await server.op("cooldown", {**body, "retryAfterSeconds": 60})
+    await op("cooldown", {**body, "retryAfterSeconds": 60})
+    await op("heartbeat", {**base, "ticketId": tid})
+    await op("await", {**base, "ticketId": tid, "waitSeconds": 1})
     bad = "sha256:" + "0" * 64
-    receipt = {**base, "ticketId": tid, "phase": "lease-acquired", "payload": {}}
+    receipt = {**base, "ticketId": tid, "phase": "lease-acquired", "payload": {"k": [1, None]}}
     receipt["receiptId"] = f"{tid}:lease-acquired:{'0' * 16}"
-    r = await server.op("receipt", {**receipt, "contentHash": bad})
-    assert r.status == 201, r.text
+    assert (await op("receipt", {**receipt, "contentHash": bad})).status == 201
+    assert (await op("receipt", {**receipt, "contentHash": bad})).status == 200
+    assert (await op("receipt", {**receipt, "contentHash": "sha256:" + "1" * 64})).status == 409
+    assert (await op("await", {**base, "ticketId": "t_none"})).status == 404
+    late = {**body, "ticketId": done["ticketId"], "retryAfterSeconds": 60}
+    assert (await op("cooldown", late)).status == 409  # done: ticket-not-held
+    assert (await op("cooldown", {**late, "ticketId": tid, "machineId": "mB"})).status == 403
+    assert (await op("acquire", {**base, "protocolVersion": 2})).status == 400
+    for include in (False, True):
+        await op("status", {**base, "includeReceipts": include})
+    await op("history", {**base})
+    free = {**base, "lane": "free:main"}
+    await op("acquire", {**free, **ids, "promptHash": "h"})
+    await op("status", {**free, "includeReceipts": True})
 
+    reads: list[tuple[str, dict[str, str]]] = [
+        ("/v1/lanes", {}),
+        ("/v1/incidents", {}),
+        ("/v1/incidents", {"lane": ""}),
+        ("/v1/machines", {}),
+        ("/v1/evidence", {"lane": "solo:main"}),
+        ("/v1/evidence", {"lane": "solo:main", "ticketId": tid}),
+        ("/v1/evidence", {"lane": "solo:main", "ticketId": "t_none"}),
+        ("/v1/evidence", {}),
+        ("/v1/overview", {}),
+        ("/v1/overview", {"lane": "solo:main", "project": "p"}),
+        ("/v1/overview", {"limit": "0"}),
+    ]
+    for path, params in reads:
+        r = await server.get(path, params=params)
+        assert_documented(doc, "GET", path, r.status, r.text)
+    r = await server.get("/v1/lanes", token=None)
+    assert_documented(doc, "GET", "/v1/lanes", r.status, r.text)
+    r = await server.get("/healthz", token=None)
+    assert_documented(doc, "GET", "/healthz", r.status, r.text)
+
+    r = await server.get("/v1/overview", params={"lane": "solo:main"})
+    reply = msgspec.json.decode(r.text.encode(), type=wire.Overview)
+    [lane] = [x for x in reply.lanes if x.lane == "solo:main"]
+    assert lane.held and lane.queued and lane.pause and lane.history.entries
+    assert lane.recent_receipts and lane.receipt_mismatches and lane.projects == ["p"]
+    assert reply.incidents and reply.machines and reply.log.entries
+    ev = await server.get("/v1/evidence", params={"lane": "solo:main", "ticketId": tid})
+    evidence = msgspec.json.decode(ev.text.encode(), type=wire.EvidenceReply)
+    assert evidence.coordinator_evidence.collision is not None
+    assert evidence.job_evidence is not None and evidence.job_evidence.found
+
+
+async def test_overview_parameters_are_documented(server: Running) -> None:
     doc = await fetch_doc(server)
     op = doc["paths"]["/v1/overview"]["get"]
     ref = op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
@@ -161,16 +263,3 @@ async def test_overview_reply_is_exactly_its_documented_schema(server: Running) 
     assert {p["name"] for p in op["parameters"]} == {
         "history", "queued", "receipts", "incidents", "lane", "project", "limit",
     }  # fmt: skip
-    _, generated = msgspec.json.schema_components(
-        [Overview], ref_template="#/components/schemas/{name}"
-    )
-    for name, schema in generated.items():
-        assert doc["components"]["schemas"][name] == schema, name
-
-    r = await server.get("/v1/overview", params={"lane": "solo:main"})
-    assert r.status == 200, r.text
-    reply = msgspec.json.decode(r.text.encode(), type=Overview)
-    [lane] = reply.lanes
-    assert lane.held and lane.queued and lane.pause and lane.history.entries
-    assert lane.recent_receipts and lane.receipt_mismatches and lane.projects == ["p"]
-    assert reply.incidents and reply.machines and reply.log.entries

@@ -15,11 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import StartServer
 
 from coordinator.store.lock import LOCK_NAME
 from coordinator.store.sqlite import copy_lane_file
-from ops.serverproc import ServerProcess, cli, write_config
+from tests.harness import CoordinatorProcess, StartServer, cli, write_config
 
 TOKEN = "hardening-token-0123456789-abcdefghijklmnopqrst"
 SOLO = "solo:main"  # write_config's capacity-1 lane
@@ -80,7 +79,9 @@ def test_serve_on_a_busy_port_names_the_address_and_never_logs_started(tmp_path:
 
 
 def test_started_is_logged_once_listening_with_the_address(tmp_path: Path) -> None:
-    srv = ServerProcess(tmp_path / "data", token_file(tmp_path), write_config(tmp_path / "c.toml"))
+    srv = CoordinatorProcess(
+        tmp_path / "data", token_file(tmp_path), write_config(tmp_path / "c.toml")
+    )
     try:
         [started] = srv.events("coordinator.started")
         assert started["address"] == srv.url.removeprefix("http://")
@@ -134,7 +135,7 @@ def test_served_and_backed_up_files_are_private_whatever_the_umask(
     data = tmp_path / "data"  # created by the server
     tok = token_file(tmp_path)
     with umask(mask):
-        srv = ServerProcess(data, tok, write_config(tmp_path / "c.toml"))
+        srv = CoordinatorProcess(data, tok, write_config(tmp_path / "c.toml"))
     try:
         srv.op("acquire", ACQUIRE, TOKEN)
         assert mode(data) == 0o700
@@ -178,14 +179,14 @@ def test_a_lane_file_left_open_by_an_older_version_is_tightened(tmp_path: Path) 
     data = tmp_path / "data"
     data.mkdir(mode=0o700)
     tok = token_file(tmp_path)
-    srv = ServerProcess(data, tok, write_config(tmp_path / "c.toml"))
+    srv = CoordinatorProcess(data, tok, write_config(tmp_path / "c.toml"))
     try:
         srv.op("acquire", ACQUIRE, TOKEN)
     finally:
         srv.stop()
     lane = data / "solo+main.sqlite"
     lane.chmod(0o644)
-    srv = ServerProcess(data, tok, write_config(tmp_path / "c.toml"))  # re-arms the lane
+    srv = CoordinatorProcess(data, tok, write_config(tmp_path / "c.toml"))  # re-arms the lane
     try:
         srv.op("status", {"lane": SOLO}, TOKEN)
         for path in lane_files(data):

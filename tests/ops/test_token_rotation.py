@@ -5,18 +5,18 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from .serverproc import ServerProcess
+from tests.harness import CoordinatorProcess
 
 OLD = "old-token-0123456789-abcdefghijklmnopqrstuv"
 NEW = "new-token-9876543210-zyxwvutsrqponmlkjihgfe"
 
 
-def status_with(srv: ServerProcess, token: str) -> int:
+def status_with(srv: CoordinatorProcess, token: str) -> int:
     code, _ = srv.request("GET", "/v1/lanes", token)
     return code
 
 
-def reload(srv: ServerProcess, event: str = "auth.tokens_reloaded") -> dict[str, object]:
+def reload(srv: CoordinatorProcess, event: str = "auth.tokens_reloaded") -> dict[str, object]:
     mark = len(srv.lines)
     srv.signal(signal.SIGHUP)
     return srv.wait_for_event(event, start=mark)
@@ -25,7 +25,7 @@ def reload(srv: ServerProcess, event: str = "auth.tokens_reloaded") -> dict[str,
 def test_sighup_rotates_tokens_without_a_restart(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(OLD + "\n")
-    srv = ServerProcess(tmp_path / "data", token_file)
+    srv = CoordinatorProcess(tmp_path / "data", token_file)
     pid = srv.proc.pid
     try:
         assert status_with(srv, OLD) == 200

@@ -1,4 +1,5 @@
-"""Browser-test fixtures: a real coordinator subprocess on loopback, seeded over HTTP, and
+"""Browser-test fixtures: a real coordinator subprocess on loopback, seeded over HTTP, the
+timeline demo coordinator on a loop thread (both from tests/ui/kit.py over tests/harness), and
 Debian's chromium driven by Playwright (sync API). Run with `pytest -p no:asyncio tests/ui`.
 """
 
@@ -6,17 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from control_room_seed import Seeded, free_port, seed, start_coordinator, wait_healthy
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
+
+from tests.ui.kit import Seeded, seed, start_timeline_demo, start_ui_coordinator
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -47,53 +44,23 @@ def artifacts() -> Path:
     return ARTIFACTS
 
 
-def _stop(proc: subprocess.Popen[Any]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
-
-
 @pytest.fixture(scope="session")
 def coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
-    tmp = tmp_path_factory.mktemp("coordinator")
-    proc, base, token, _log = start_coordinator(tmp)
+    proc = start_ui_coordinator(tmp_path_factory.mktemp("coordinator"))
     try:
-        yield seed(base, token)
+        yield seed(proc.url, proc.token)
     finally:
-        _stop(proc)
+        proc.stop()
 
 
 @pytest.fixture(scope="session")
 def timeline_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """A coordinator whose ManualClock walked three hours of holds (see the script's doc)."""
-    tmp = tmp_path_factory.mktemp("timeline-demo")
-    token = secrets.token_urlsafe(36)
-    port = free_port()
-    log = tmp / "demo.log"
-    script = Path(__file__).with_name("timeline_demo_server.py")
-    env = {**os.environ, "LANE_COORDINATOR_TOKEN": token}
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, str(script), str(port), str(tmp / "data")],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    base = f"http://127.0.0.1:{port}"
+    """A coordinator whose ManualClock walked three hours of holds (kit.walk_timeline)."""
+    demo = start_timeline_demo(tmp_path_factory.mktemp("timeline-demo"))
     try:
-        wait_healthy(base, proc, log)
-        # healthy means listening; READY means the scenario is fully seeded
-        deadline = time.monotonic() + 120
-        while b"READY" not in log.read_bytes():
-            assert proc.poll() is None, log.read_text(errors="replace")
-            assert time.monotonic() < deadline, log.read_text(errors="replace")
-            time.sleep(0.1)
-        yield base, token
+        yield demo.url, demo.token
     finally:
-        _stop(proc)
+        demo.stop()
 
 
 @pytest.fixture(scope="session")

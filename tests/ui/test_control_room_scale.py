@@ -8,20 +8,15 @@ LANES lanes, each with two projects no other lane has.
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from control_room_seed import (
-    many_lane_name,
-    many_lane_projects,
-    seed_many_lanes,
-    start_coordinator,
-)
 from playwright.sync_api import Page, Request, expect
+
+from tests.ui.kit import many_lane_name, many_lane_projects, seed_many_lanes, start_ui_coordinator
 
 LANES = 50
 # Requests one refresh may make, whatever the number of lanes: GET /v1/overview (every
@@ -33,18 +28,12 @@ REFRESH_MARK = "/v1/overview"  # the first request of every refresh
 
 @pytest.fixture(scope="module")
 def many_lanes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    proc: subprocess.Popen[bytes]
-    proc, base, token, _log = start_coordinator(tmp_path_factory.mktemp("many-lanes"))
+    proc = start_ui_coordinator(tmp_path_factory.mktemp("many-lanes"))
     try:
-        seed_many_lanes(base, token, LANES)
-        yield base, token
+        seed_many_lanes(proc.url, proc.token, LANES)
+        yield proc.url, proc.token
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        proc.stop()
 
 
 def unlock(page: Page, base: str, token: str) -> None:

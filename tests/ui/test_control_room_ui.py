@@ -10,7 +10,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from control_room_seed import (
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Request, expect
+
+from coordinator.http.app import CONTROL_ROOM_ASSETS
+from tests.ui.kit import (
     MAIN,
     POOL,
     PROBE,
@@ -21,9 +24,6 @@ from control_room_seed import (
     NoRedirect,
     Seeded,
 )
-from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Request, expect
-
-from coordinator.http.app import CONTROL_ROOM_ASSETS
 
 TOKEN_KEY = "laneControlRoom.token"
 

@@ -27,7 +27,7 @@ from coordinator.core.lane import LaneCore
 from coordinator.core.model import LaneSnapshot, TicketState
 from coordinator.errors import NotOwner, TicketNotHeld
 
-from .lanekit import LANE, Harness
+from .kit import LANE, Harness, as_wire
 
 WAITER = 50.0
 LEASE = 60.0
@@ -463,7 +463,7 @@ class LaneMachine(RuleBasedStateMachine):
         # the pause
         assert core.paused(now) is m.paused(now)
         # ETA never decreases along the order and includes the pause
-        status = core.status(now, 10_000)
+        status = as_wire(core.status(now, 10_000))
         etas = [q["etaSeconds"] for q in status["queued"]]
         assert etas == sorted(etas)
         if m.paused(now) and etas:

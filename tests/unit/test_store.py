@@ -31,7 +31,7 @@ from coordinator.core.model import (
 from coordinator.errors import StoreError
 from coordinator.store.sqlite import SqliteLaneStore, migrations
 
-from .lanekit import LANE, T0, Harness, make_settings
+from .kit import LANE, T0, Harness, make_settings
 
 HASH_A = "sha256:" + "a" * 64
 

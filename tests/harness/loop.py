@@ -1,7 +1,5 @@
-"""An event loop in a daemon thread, for sync tests that run a real server or async client.
-
-Shared by tests/client and tests/driver (tests/ is on sys.path through its conftest.py).
-"""
+"""An event loop in a daemon thread, for sync code (blocking clients, subprocess drivers,
+Playwright's sync API) that needs a coordinator or an async client running beside it."""
 
 from __future__ import annotations
 
@@ -9,7 +7,9 @@ import asyncio
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class LoopThread:
@@ -20,14 +20,16 @@ class LoopThread:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
 
-    def call(self, fn: Callable[[], Awaitable[Any]], timeout: float = 60) -> Any:
-        async def wrap() -> Any:
+    def call(self, fn: Callable[[], Awaitable[T]], timeout: float = 60) -> T:
+        async def wrap() -> T:
             return await fn()
 
-        fut: Future[Any] = asyncio.run_coroutine_threadsafe(wrap(), self.loop)
+        fut: Future[T] = asyncio.run_coroutine_threadsafe(wrap(), self.loop)
         return fut.result(timeout)
 
     def stop(self) -> None:
+        if self.loop.is_closed():
+            return
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         self.loop.close()

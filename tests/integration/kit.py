@@ -1,4 +1,5 @@
-"""Helpers for the integration tests: lane names of conftest's config, bodies, error checks."""
+"""Helpers for the integration tests: request bodies and error checks (lane names of the
+shared config come from tests.harness)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from typing import Any
 
 import rfc8785
 
-SOLO = "solo:main"  # capacity 1
-DUO = "duo:main"  # capacity 2
-FREE = "free:main"  # route without a capacity: unenforced (SPEC §5)
+from tests.harness.config import DUO as DUO  # re-exported: the tests import lanes from here
+from tests.harness.config import FREE as FREE
+from tests.harness.config import SOLO as SOLO
 
 ERROR_CODES = {
     "bad-request": 400,

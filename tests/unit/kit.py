@@ -10,6 +10,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import msgspec
+
 from coordinator.core.commands import (
     Acquire,
     Cooldown,
@@ -32,6 +34,12 @@ from coordinator.core.model import (
 
 LANE = "solo:main"
 T0 = 1_764_450_000.0
+
+
+def as_wire(reply: msgspec.Struct) -> dict[str, Any]:
+    """A core reply (a protocol Struct) as the JSON object it is on the wire."""
+    out: dict[str, Any] = msgspec.to_builtins(reply)
+    return out
 
 
 def make_settings(
@@ -131,7 +139,7 @@ class Harness:
         )
         reply, fx = self.core.acquire(cmd, self.now)
         self._record(fx)
-        return reply
+        return as_wire(reply)
 
     def tid(self, project: str = "p", scene: str | None = None, **kw: Any) -> str:
         """Acquire and return the ticket id."""
@@ -165,7 +173,7 @@ class Harness:
         call = self._who(ticket_id, machine, claim, not no_claim)
         reply, fx, park = self.core.await_(call, self.now, self.tickets.get(ticket_id))
         self._record(fx)
-        return reply, park
+        return as_wire(reply), park
 
     def heartbeat(
         self,
@@ -181,7 +189,7 @@ class Harness:
             Heartbeat(call, lease), self.now, self.tickets.get(ticket_id)
         )
         self._record(fx)
-        return reply
+        return as_wire(reply)
 
     def release(
         self,
@@ -199,7 +207,7 @@ class Harness:
             Release(call, outcome, provider_job_id, note), self.now, self.tickets.get(ticket_id)
         )
         self._record(fx)
-        return reply
+        return as_wire(reply)
 
     def cooldown(
         self,
@@ -215,7 +223,7 @@ class Harness:
             Cooldown(call, "provider-human-check", seconds), self.now, self.tickets.get(ticket_id)
         )
         self._record(fx)
-        return reply
+        return as_wire(reply)
 
     def receipt(
         self,
@@ -242,7 +250,7 @@ class Harness:
         )
         reply, fx, stored = self.core.receipt(cmd, self.now, t, existing)
         self._record(fx)
-        return reply, stored
+        return as_wire(reply), stored
 
     def advance(self, now: float) -> Effects:
         self.at(now)
@@ -260,4 +268,4 @@ class Harness:
         return set(self.core.held)
 
     def view(self, ticket_id: str) -> dict[str, Any]:
-        return self.core.ticket_view(self.tickets[ticket_id], self.now)
+        return as_wire(self.core.ticket_view(self.tickets[ticket_id], self.now))

@@ -1,18 +1,17 @@
-"""Plain-HTTP helpers for the browser tests: start a real coordinator, seed it with urllib.
+"""Helpers for the browser tests: the coordinators they look at, seeded over plain HTTP.
 
 No pytest-aiohttp here: the browser tests run in their own pytest process
-(`pytest -p no:asyncio tests/ui`) against a coordinator started as a subprocess.
+(`pytest -p no:asyncio tests/ui`). `start_ui_coordinator` runs `lane-coordinator serve` as a
+subprocess (tests/harness `CoordinatorProcess`) that `seed`/`seed_many_lanes` fill with urllib;
+`start_timeline_demo` runs one in-process on a loop thread (`ThreadedCoordinator`) whose
+ManualClock is walked through three hours of holds (see `walk_timeline`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
-import os
-import secrets
-import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -20,56 +19,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import rfc8785
+
+from coordinator.clock import ManualClock
+from coordinator.config import Config
+from tests.harness import CoordinatorProcess, ThreadedCoordinator
 
 MAIN = "seedance-direct:main"  # capacity 1: a holder, two waiters, a render log, receipts
 POOL = "kling:team"  # capacity 2: paused by a provider human check
 SHORT = "veo:short"  # capacity 1: a 15 s lease nobody heartbeats (expires)
 PROBE = "probe:live"  # capacity 1: used only by the live-refresh test
 
-CONFIG_TOML = """
-default_lease_seconds = 600
-waiter_timeout_seconds = 7200
-default_hold_seconds = 300
 
-[routes."seedance-direct"]
-capacity = 1
+def ui_config() -> Config:
+    return Config(
+        default_lease_seconds=600,
+        waiter_timeout_seconds=7200,
+        default_hold_seconds=300,
+        routes={"seedance-direct": 1, "kling": 2, "veo": 1, "probe": 1},
+        lanes={},
+    )
 
-[routes."kling"]
-capacity = 2
-
-[routes."veo"]
-capacity = 1
-
-[routes."probe"]
-capacity = 1
-"""
 
 XSS_PROJECT = '<img src=x onerror="window.__xss=1">'
 XSS_SCENE = "<b>bold</b>"
 XSS_NOTE = "<script>window.__xss=2</script>"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_healthy(base: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"coordinator exited early:\n{log.read_text(errors='replace')}")
-        try:
-            with urllib.request.urlopen(base + "/healthz", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"coordinator did not become healthy:\n{log.read_text(errors='replace')}")
 
 
 def receipt_hash(payload: dict[str, Any]) -> str:
@@ -191,38 +166,9 @@ class Seeded:
     history_by_project: dict[str, int]
 
 
-def start_coordinator(tmp: Path) -> tuple[subprocess.Popen[bytes], str, str, Path]:
-    token = secrets.token_urlsafe(36)
-    port = free_port()
-    config = tmp / "coordinator.toml"
-    config.write_text(CONFIG_TOML)
-    data = tmp / "data"
-    log = tmp / "coordinator.log"
-    exe = Path(sys.executable).with_name("lane-coordinator")
-    env = {**os.environ, "LANE_COORDINATOR_TOKEN": token}
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                str(exe),
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--data-dir",
-                str(data),
-                "--config",
-                str(config),
-                "--log-level",
-                "warning",
-            ],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    base = f"http://127.0.0.1:{port}"
-    wait_healthy(base, proc, log)
-    return proc, base, token, log
+def start_ui_coordinator(tmp: Path) -> CoordinatorProcess:
+    """`lane-coordinator serve` with `ui_config()`, data and token file in `tmp`."""
+    return CoordinatorProcess(tmp / "data", tmp / "token", ui_config(), log_level="warning")
 
 
 def seed(base: str, token: str) -> Seeded:
@@ -333,3 +279,166 @@ def seed_many_lanes(base: str, token: str, n: int) -> list[str]:
         api.acquire(lane, f"rig-{(i + 1) % 7}", live_p, "s03")
         lanes.append(lane)
     return lanes
+
+
+# ---------------------------------------------------------------- the timeline demo
+
+TIMELINE_MAIN = "seedance-direct:main-unlimited"
+TIMELINE_POOL = "kling:team"
+
+
+def timeline_config() -> Config:
+    return Config(
+        waiter_timeout_seconds=7200,
+        default_hold_seconds=600,
+        routes={"seedance-direct": 1, "kling": 2},
+        lanes={},
+    )
+
+
+async def walk_timeline(base: str, token: str, clock: ManualClock, now0: float) -> None:
+    """Seed the coordinator at `base` over HTTP while moving its ManualClock, minutes before
+    `now0` (the clock only moves forward):
+
+    seedance-direct:main-unlimited (capacity 1)
+      -200..-188 studio-a completed (before the 3 h window)
+      -185..-170 studio-b completed (clipped at the window's start, -180)
+      -165..-145 studio-a failed        -143..-129 studio-c completed
+      -94 studio-b holds with a 15 min lease and goes silent -> expired at -79
+      -76 studio-a holds; -68 reports a human check (pause until -48); -66 not-submitted
+      -60 studio-b waits (paused) -> promoted at -48 when the pause ends; -32 completed
+      -28..-15 studio-c timeout         -6 studio-a holds (now); -3 studio-b waits
+      idle gaps: 5, 2, 35, 3, 18, 4, 9 min -> idle 76 min, longest 35 min, busy 58 %, paused 20 min
+    kling:team (capacity 2): two slots of overlapping holds.
+    """
+    headers = {"Authorization": f"Bearer {token}"}
+
+    async with aiohttp.ClientSession(headers=headers) as http:
+
+        async def call(op: str, **body: Any) -> Any:
+            async with http.post(f"{base}/v1/lanes/{op}", json={"protocolVersion": 1, **body}) as r:
+                reply = await r.json()
+                assert r.status in (200, 201), (op, r.status, reply)
+                return reply
+
+        async def at(minutes: float) -> None:
+            clock.set(now0 + minutes * 60)
+            await asyncio.sleep(0.15)  # let lane alarms reap/promote and commit
+
+        async def acquire(
+            lane: str, machine: str, project: str, scene: str, lease: float = 3600
+        ) -> dict[str, Any]:
+            reply = await call(
+                "acquire",
+                lane=lane,
+                machineId=machine,
+                claimId=f"{machine}-{scene}",
+                project=project,
+                scene=scene,
+                leaseSeconds=lease,
+                promptHash=hashlib.sha256(scene.encode()).hexdigest()[:20],
+            )
+            ticket: dict[str, Any] = reply["ticket"]
+            return ticket
+
+        async def release(lane: str, t: dict[str, Any], outcome: str) -> None:
+            await call(
+                "release",
+                lane=lane,
+                machineId=t["machineId"],
+                claimId=t["claimId"],
+                ticketId=t["ticketId"],
+                outcome=outcome,
+            )
+
+        # Both lanes, in time order (the clock only moves forward).
+        await at(-200)
+        a = await acquire(TIMELINE_MAIN, "studio-a", "alpha-film", "s01")
+        await at(-188)
+        await release(TIMELINE_MAIN, a, "completed")
+        await at(-185)
+        b = await acquire(TIMELINE_MAIN, "studio-b", "beta-ad", "s01")
+        await at(-170)
+        await release(TIMELINE_MAIN, b, "completed")
+        k1 = await acquire(TIMELINE_POOL, "studio-d", "gamma-promo", "k1")
+        await at(-165)
+        c = await acquire(TIMELINE_MAIN, "studio-a", "alpha-film", "s02")
+        await at(-160)
+        k2 = await acquire(TIMELINE_POOL, "studio-e", "delta-spot", "k2")
+        await at(-145)
+        await release(TIMELINE_MAIN, c, "failed")
+        await at(-143)
+        d = await acquire(TIMELINE_MAIN, "studio-c", "alpha-film", "s03")
+        await at(-135)
+        await release(TIMELINE_POOL, k2, "completed")
+        await at(-130)
+        await release(TIMELINE_POOL, k1, "completed")
+        await at(-129)
+        await release(TIMELINE_MAIN, d, "completed")
+        await at(-120)
+        k3 = await acquire(TIMELINE_POOL, "studio-d", "gamma-promo", "k3")
+        await at(-100)
+        k4 = await acquire(TIMELINE_POOL, "studio-e", "delta-spot", "k4")
+        await at(-94)
+        silent = await acquire(TIMELINE_MAIN, "studio-b", "beta-ad", "s02", lease=15 * 60)
+        assert silent["state"] == "held", silent
+        await at(-90)
+        await release(TIMELINE_POOL, k3, "completed")
+        await at(-79)  # the alarm expires the silent lease
+        await at(-76)
+        f = await acquire(TIMELINE_MAIN, "studio-a", "alpha-film", "s04")
+        assert f["state"] == "held", f
+        await at(-68)
+        await call(
+            "cooldown",
+            lane=TIMELINE_MAIN,
+            machineId=f["machineId"],
+            claimId=f["claimId"],
+            ticketId=f["ticketId"],
+            reasonCode="provider-human-check",
+            retryAfterSeconds=20 * 60,
+        )
+        await at(-66)
+        await release(TIMELINE_MAIN, f, "not-submitted")
+        await at(-60)
+        g = await acquire(TIMELINE_MAIN, "studio-b", "beta-ad", "s03")
+        assert g["state"] == "queued", g
+        await at(-50)
+        await acquire(TIMELINE_POOL, "studio-d", "gamma-promo", "k5")
+        await at(-48)  # the pause ends; the alarm promotes g
+        await at(-45)
+        await release(TIMELINE_POOL, k4, "lease-lost")
+        await at(-32)
+        await release(TIMELINE_MAIN, g, "completed")
+        await at(-30)
+        k6 = await acquire(TIMELINE_POOL, "studio-e", "delta-spot", "k6")
+        await at(-28)
+        h = await acquire(TIMELINE_MAIN, "studio-c", "alpha-film", "s05")
+        await at(-25)
+        await release(TIMELINE_POOL, k6, "slot-busy")
+        await at(-15)
+        await release(TIMELINE_MAIN, h, "timeout")
+        await at(-6)
+        await acquire(TIMELINE_MAIN, "studio-a", "alpha-film", "s06")
+        await at(-3)
+        await acquire(TIMELINE_MAIN, "studio-b", "beta-ad", "s07")
+
+
+def start_timeline_demo(tmp: Path) -> ThreadedCoordinator:
+    """A real coordinator (create_app, SQLite in `tmp`) on a loop thread whose ManualClock was
+    walked through the last three hours (`walk_timeline`), then set to the real time once:
+    the control room's timeline has hours of history to draw."""
+    now0 = time.time()
+    clock = ManualClock(start=now0 - 200 * 60)
+    coord = ThreadedCoordinator(tmp / "data", config=timeline_config(), clock=clock)
+    try:
+        coord.call(lambda: walk_timeline(coord.url, coord.token, clock, now0), timeout=120)
+
+        async def to_real_time() -> None:  # on the loop, where the clock's sleepers live
+            clock.set(time.time())
+
+        coord.call(to_real_time)
+    except BaseException:
+        coord.stop()
+        raise
+    return coord
