@@ -31,6 +31,7 @@ run: setup
 test: test-core test-ui
 
 test-core: setup
+	@sh scripts/ensure-postgres.sh
 	$(BIN)/pytest -q tests/unit tests/contract tests/integration tests/acceptance tests/ops tests/client tests/drill tests/driver
 
 test-ui: setup

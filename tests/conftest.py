@@ -8,10 +8,15 @@ temp data dir with real SQLite files. `server.op("acquire", {...})` POSTs
 
 Lanes of the default config (tests.harness.config): `solo:main` (capacity 1), `duo:main`
 (capacity 2), and `free:main` (route without a capacity: unenforced).
+
+`postgres` is one throwaway PostgreSQL cluster for the session (tests.harness.postgres),
+started on first use only; `pg_dsn` is a fresh empty database in it for one test.
 """
 
 from __future__ import annotations
 
+import itertools
+import re
 import socket
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
@@ -33,6 +38,7 @@ from tests.harness import (
 from tests.harness import (
     refused_port as _refused_port,
 )
+from tests.harness.postgres import PostgresCluster
 
 
 @pytest.fixture
@@ -88,3 +94,30 @@ def silent_port() -> Iterator[int]:
     sock: socket.socket = silent_socket()
     yield sock.getsockname()[1]
     sock.close()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresCluster]:
+    """One throwaway PostgreSQL cluster for the whole session (initdb in a temp dir, its own
+    postmaster on a free loopback port, about 1 s), started when a test first asks for it;
+    stopped and removed at the end. Fault tests may stop, restart or kill9 it: `pg_dsn`
+    starts it again when it is down."""
+    cluster = PostgresCluster.start_new()
+    yield cluster
+    cluster.close()
+
+
+_pg_databases = itertools.count()
+
+
+@pytest.fixture
+def pg_dsn(postgres: PostgresCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh, empty database in the session's cluster for this test (dropped after it):
+    `postgresql://postgres@127.0.0.1:PORT/t<n>_<test name>`."""
+    postgres.start()  # a previous fault test may have left it down
+    slug = re.sub(r"[^a-z0-9]+", "_", request.node.name.lower()).strip("_")
+    name = f"t{next(_pg_databases)}_{slug}"[:63]
+    dsn = postgres.fresh_database(name)
+    yield dsn
+    if postgres.running():
+        postgres.drop_database(name)
