@@ -7,10 +7,13 @@ import asyncio
 import contextlib
 import errno
 import os
+import resource
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import structlog
 from aiohttp import web
@@ -93,12 +96,76 @@ def check(args: argparse.Namespace) -> int:
     return 0
 
 
+# Descriptors besides the connections: the listening socket, lane files (the database, its
+# -wal and -shm), the lock, logs. `serve` raises its soft open-file limit to max_connections
+# plus this when the hard limit allows.
+FD_HEADROOM = 256
+_ACCEPT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+def _raise_open_file_limit(max_connections: int) -> None:
+    """Let the process hold max_connections connections without EMFILE: raise the soft
+    RLIMIT_NOFILE toward the hard one (never lower it); warn once if that is not enough."""
+    want = max_connections + FD_HEADROOM
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+            if target > soft:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                soft = target
+    except (OSError, ValueError):
+        return
+    if soft != resource.RLIM_INFINITY and soft < want:
+        log.warning(
+            "http.open_file_limit",
+            limit=soft,
+            max_connections=max_connections,
+            hint="raise LimitNOFILE (systemd) or ulimit -n, or lower max_connections",
+        )
+
+
+def _loop_exception_handler(
+    debug: bool,
+) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:
+    """accept() out of descriptors (EMFILE and the like) as one rate-limited warning line, not
+    asyncio's traceback per retry (asyncio stops accepting for a second and tries again).
+    Anything else the loop reports: one error line (asyncio's own report at --log-level
+    debug)."""
+    from coordinator.http.server import RateLimitedLog
+
+    accept_failed = RateLimitedLog("http.accept_failed")
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and exc.errno in _ACCEPT_ERRNOS:
+            accept_failed(
+                error=errno.errorcode.get(exc.errno or 0, str(exc.errno)),
+                hint="the open-file limit is reached: new connections wait",
+            )
+            return
+        if debug:
+            loop.default_exception_handler(context)
+            return
+        log.error(
+            "loop.error",
+            message=context.get("message"),
+            error=type(exc).__name__ if exc is not None else None,
+        )
+
+    return handle
+
+
 async def _serve(args: argparse.Namespace) -> int:
     from coordinator.http.app import create_app
+    from coordinator.http.server import LaneRunner
 
     config, tokens = _load(args)
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(_loop_exception_handler(args.log_level.lower() == "debug"))
+    _raise_open_file_limit(config.max_connections)
     app = create_app(config, tokens, args.data_dir)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    runner = LaneRunner(app, config)
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port)
     try:
@@ -108,7 +175,6 @@ async def _serve(args: argparse.Namespace) -> int:
         print(f"lane-coordinator: {_listen_failure(args.host, args.port, exc)}", file=sys.stderr)
         return 1
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)

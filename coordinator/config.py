@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator import constants as C
-from coordinator.core.model import LaneSettings
+from coordinator.engine.model import LaneSettings
 from coordinator.errors import ConfigError
 from coordinator.names import PART_RE, parse_lane
 
@@ -20,6 +20,18 @@ HOW_TO_MAKE_TOKEN = (
     "two lines while rotating)"
 )
 
+# Connection limits (docs/operator.md, "Limits"): how many connections are open at once, and
+# how long a client may take over a request head, over a body, and idle between requests.
+DEFAULT_MAX_CONNECTIONS = 1000
+MAX_MAX_CONNECTIONS = 100_000
+DEFAULT_HEADER_TIMEOUT_SECONDS = 10.0
+MAX_HEADER_TIMEOUT_SECONDS = 300.0
+DEFAULT_BODY_TIMEOUT_SECONDS = 30.0
+MAX_BODY_TIMEOUT_SECONDS = 600.0
+DEFAULT_KEEPALIVE_TIMEOUT_SECONDS = 75.0
+MAX_KEEPALIVE_TIMEOUT_SECONDS = 3600.0
+MIN_TIMEOUT_SECONDS = 1.0
+
 
 @dataclass(slots=True)
 class Config:
@@ -28,6 +40,10 @@ class Config:
     default_hold_seconds: float = C.DEFAULT_HOLD_SECONDS
     history_retained: int = C.DEFAULT_HISTORY_RETAINED
     max_body_bytes: int = C.DEFAULT_MAX_BODY_BYTES
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    header_timeout_seconds: float = DEFAULT_HEADER_TIMEOUT_SECONDS
+    body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS
+    keepalive_timeout_seconds: float = DEFAULT_KEEPALIVE_TIMEOUT_SECONDS
     routes: dict[str, int] = field(default_factory=dict)  # route -> capacity
     lanes: dict[str, int] = field(default_factory=dict)  # lane -> capacity override
 
@@ -70,6 +86,10 @@ def _number(
     return v
 
 
+def _seconds(raw: dict[str, Any], key: str, default: float, hi: float) -> float:
+    return float(_number(raw, key, default, MIN_TIMEOUT_SECONDS, hi))
+
+
 def _capacity(where: str, table: Any) -> int | None:
     if not isinstance(table, dict):
         raise ConfigError(f"config: {where} must be a table")
@@ -103,6 +123,10 @@ KNOWN_KEYS = {
     "default_hold_seconds",
     "history_retained",
     "max_body_bytes",
+    "max_connections",
+    "header_timeout_seconds",
+    "body_timeout_seconds",
+    "keepalive_timeout_seconds",
     "routes",
     "lanes",
 }
@@ -131,6 +155,24 @@ def parse_config(raw: dict[str, Any]) -> Config:
         ),
         max_body_bytes=_number(
             raw, "max_body_bytes", C.DEFAULT_MAX_BODY_BYTES, 1024, 16 * 1024 * 1024, integer=True
+        ),
+        max_connections=_number(
+            raw, "max_connections", DEFAULT_MAX_CONNECTIONS, 1, MAX_MAX_CONNECTIONS, integer=True
+        ),
+        header_timeout_seconds=_seconds(
+            raw,
+            "header_timeout_seconds",
+            DEFAULT_HEADER_TIMEOUT_SECONDS,
+            MAX_HEADER_TIMEOUT_SECONDS,
+        ),
+        body_timeout_seconds=_seconds(
+            raw, "body_timeout_seconds", DEFAULT_BODY_TIMEOUT_SECONDS, MAX_BODY_TIMEOUT_SECONDS
+        ),
+        keepalive_timeout_seconds=_seconds(
+            raw,
+            "keepalive_timeout_seconds",
+            DEFAULT_KEEPALIVE_TIMEOUT_SECONDS,
+            MAX_KEEPALIVE_TIMEOUT_SECONDS,
         ),
     )
     routes = raw.get("routes", {})

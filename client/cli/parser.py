@@ -10,7 +10,7 @@ from typing import NoReturn
 from client.cli.exits import EXIT_USAGE
 from client.drill import DEFAULT_DRILL_LANE, DEFAULT_PARTNER_TIMEOUT
 from coordinator import __version__
-from coordinator.core.model import RELEASE_OUTCOMES, ReceiptPhase
+from coordinator.engine.model import RELEASE_OUTCOMES, ReceiptPhase
 
 PHASES = tuple(p.value for p in ReceiptPhase)
 DEFAULT_TRACE_INTERVAL = 30.0

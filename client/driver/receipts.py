@@ -6,7 +6,7 @@ name, and a writer that never lets a receipt stop a render.
     await r.references_applied([hash_file(p) for p in refs])    # hashes, never the paths
     await r.provider_submitted(job_id)
 
-Ids and hashes are the coordinator's own functions (`coordinator.core.receipts`): the
+Ids and hashes are the coordinator's own functions (`coordinator.engine.receipts`): the
 content hash is `sha256:<hex>` over the payload's RFC 8785 (JCS) canonical JSON and the id
 is `<ticketId>:<phase>:<first 16 hex of the hash>`, so the same facts are the same receipt
 however often they are written.
@@ -38,9 +38,9 @@ from client.api import LOCAL_KIND
 from client.driver.payload_check import SHA256_RE, check_payload, looks_token_like
 from client.errors import LaneClientError
 from client.models import ReceiptReply
-from coordinator.core.receipts import canonical_json
-from coordinator.core.receipts import content_hash as _hash_canonical
-from coordinator.core.receipts import receipt_id_for as _receipt_id_for
+from coordinator.engine.receipts import canonical_json
+from coordinator.engine.receipts import content_hash as _hash_canonical
+from coordinator.engine.receipts import receipt_id_for as _receipt_id_for
 from coordinator.errors import LaneError
 
 if TYPE_CHECKING:

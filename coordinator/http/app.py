@@ -32,7 +32,7 @@ from coordinator.constants import (
     STATUS_QUEUED_LIMIT,
     SUPPORTED_PROTOCOLS,
 )
-from coordinator.core.commands import (
+from coordinator.engine.commands import (
     Acquire,
     Cooldown,
     Heartbeat,
@@ -40,8 +40,10 @@ from coordinator.core.commands import (
     Release,
     TicketCall,
 )
+from coordinator.http.body import read_body
 from coordinator.http.openapi import openapi_bytes
 from coordinator.http.presence import Presence
+from coordinator.http.server import SERVER_HEADER, RateLimitedLog
 from coordinator.metrics import CONTENT_TYPE, Metrics
 from coordinator.protocol import replies as wire
 from coordinator.protocol import requests as S
@@ -70,11 +72,12 @@ REGISTRY_KEY = web.AppKey("registry", LaneRegistry)
 SERVICE_KEY = web.AppKey("service", LaneService)
 PRESENCE_KEY = web.AppKey("presence", Presence)
 METRICS_KEY = web.AppKey("metrics", Metrics)
+UNAUTHORIZED_LOG_KEY = web.AppKey("unauthorized_log", RateLimitedLog)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 WWW_AUTHENTICATE = 'Bearer realm="lane-coordinator"'
-SERVER_HEADER = "lane-coordinator"  # never the Python or aiohttp version
+# SERVER_HEADER (server.py): "lane-coordinator", never the Python or aiohttp version.
 # aiohttp stamps "Server: Python/3.x aiohttp/3.x" on every reply, the ones it writes itself
 # for a request it cannot parse included (no app signal runs for those): name us instead.
 setattr(web_response, "SERVER_SOFTWARE", SERVER_HEADER)  # noqa: B010
@@ -180,6 +183,9 @@ def _authorized(request: web.Request) -> bool:
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     protected = request.path.startswith("/v1/") or request.path in ("/v1", "/metrics")
     if protected and not _authorized(request):
+        # A wrong token can come as fast as a client sends it: one line a minute at most,
+        # counting them, never the token or the path. The body is never read or decoded.
+        request.app[UNAUTHORIZED_LOG_KEY](remote=request.remote)
         raise Unauthorized("Authorization: a valid bearer token is required")
     return await handler(request)
 
@@ -190,23 +196,9 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
 async def _body(request: web.Request, schema: type[S.Base]) -> Any:
     if request.content_type != "application/json":
         raise UnsupportedMediaType("Content-Type: must be application/json")
-    limit = request.app[CONFIG_KEY].max_body_bytes
-    if request.content_length is not None and request.content_length > limit:
-        raise PayloadTooLarge(f"body: larger than {limit} bytes")
-    try:
-        raw = await request.read()
-    except web.RequestPayloadError:  # e.g. a Content-Encoding body that does not decode
-        raise BadRequest("body: could not be read (bad Content-Encoding or cut short)") from None
-    if len(raw) > limit:
-        raise PayloadTooLarge(f"body: larger than {limit} bytes")
-    try:
-        data = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        raise BadRequest("body: not valid JSON") from None
-    except RecursionError:  # msgspec raises it (not DecodeError) for very deep nesting
-        raise BadRequest("body: JSON nested too deeply") from None
-    if not isinstance(data, dict):
-        raise BadRequest("body: must be a JSON object")
+    config = request.app[CONFIG_KEY]
+    raw = await read_body(request, config.max_body_bytes, config.body_timeout_seconds)
+    data = S.decode_body(raw)  # 400: not JSON, not an object, too deep, a duplicate key
     if "protocolVersion" not in data:
         raise BadRequest("protocolVersion: required (this server speaks 1)")
     pv = data["protocolVersion"]
@@ -505,6 +497,13 @@ def create_app(
     app = web.Application(
         middlewares=[error_middleware, auth_middleware],
         client_max_size=config.max_body_bytes,
+        # The parser must not decode a compressed body as it arrives (before auth, outside
+        # the limits): `read_body` does, for an authorized request. Idle kept-alive
+        # connections close after keepalive_timeout_seconds (LaneRunner adds the rest).
+        handler_args={
+            "auto_decompress": False,
+            "keepalive_timeout": config.keepalive_timeout_seconds,
+        },
     )
     app[METRICS_KEY] = Metrics()  # a registry per app: several apps never share series
     registry = LaneRegistry(config, data_dir, clock, app[METRICS_KEY])
@@ -514,6 +513,7 @@ def create_app(
     app[REGISTRY_KEY] = registry
     app[SERVICE_KEY] = LaneService(registry, clock)
     app[PRESENCE_KEY] = Presence()
+    app[UNAUTHORIZED_LOG_KEY] = RateLimitedLog("http.unauthorized")
 
     for name, handler in (
         ("acquire", acquire),

@@ -57,3 +57,8 @@ MAX_RECEIPT_ID_CHARS: Final = 400
 MAX_PROVIDER_JOB_CHARS: Final = 256
 MAX_NOTE_CHARS: Final = 500
 MAX_LANE_CHARS: Final = 129  # route (1-64) + ":" + account (1-64)
+
+# JSON nesting: a receipt payload (the object itself is level 1), and any value of a request
+# body, may nest at most this deep; deeper is 400 bad-request naming the field. A stored
+# payload deeper than this (written before the bound existed) is read back as a marker.
+MAX_JSON_DEPTH: Final = 32

@@ -11,8 +11,10 @@ import hashlib
 import re
 from typing import Any, get_args
 
+import msgspec
 import rfc8785
 
+from coordinator.protocol.constants import MAX_JSON_DEPTH
 from coordinator.protocol.errors import BadRequest
 from coordinator.protocol.replies import ReceiptPhase
 
@@ -26,8 +28,81 @@ RECEIPT_ID_RE = re.compile(
 PHASES: tuple[str, ...] = get_args(ReceiptPhase)
 
 
+# What a reply shows instead of a stored payload it cannot show: one nested deeper than
+# MAX_JSON_DEPTH (stored before the bound existed) or not a JSON object at all.
+PAYLOAD_OMITTED_KEY = "omitted"
+PAYLOAD_TOO_DEEP = f"the stored payload is nested deeper than {MAX_JSON_DEPTH} levels"
+
+
+_CONTAINERS = (dict, list)
+
+
+def walk_json(body: dict[str, Any], limit: int = MAX_JSON_DEPTH) -> tuple[int, int, str | None]:
+    """One pass over a decoded JSON object, without recursion (any depth is safe).
+
+    Returns (object keys, ':' characters inside strings, keys and values), both counted over
+    every level, and the first top-level key whose value nests deeper than `limit` levels (a
+    container value is level 1), else None. The counts let a caller see cheaply that the raw
+    text had no duplicate key (see `requests.decode_body`)."""
+    keys = len(body)
+    colons = 0
+    stack: list[tuple[Any, int, str]] = []
+    for key, value in body.items():  # the top level inline: most bodies have nothing deeper
+        if type(key) is str and ":" in key:
+            colons += key.count(":")
+        if type(value) is str:
+            if ":" in value:
+                colons += value.count(":")
+        elif isinstance(value, _CONTAINERS):
+            stack.append((value, 1, key))
+    while stack:
+        value, depth, top = stack.pop()
+        if depth > limit:
+            return keys, colons, top
+        items: Any
+        if isinstance(value, dict):
+            keys += len(value)
+            for k in value:
+                if type(k) is str:  # canonical_json's caller may pass any Python key (400 later)
+                    colons += k.count(":")
+            items = value.values()
+        else:
+            items = value
+        for item in items:
+            if isinstance(item, str):
+                colons += item.count(":")
+            elif isinstance(item, _CONTAINERS):
+                stack.append((item, depth + 1, top))
+    return keys, colons, None
+
+
+def check_payload_depth(payload: Any) -> None:
+    """400 naming the payload when it nests deeper than MAX_JSON_DEPTH levels."""
+    if walk_json({"payload": payload})[2] is not None:
+        raise BadRequest(f"payload: nested deeper than {MAX_JSON_DEPTH} levels")
+
+
+def stored_payload(payload_json: str) -> dict[str, Any]:
+    """A stored payload as a reply shows it. Never raises: a payload nested deeper than
+    MAX_JSON_DEPTH (written before the bound existed) or one that is not a JSON object reads
+    back as `{"omitted": "<why>"}`, so a status or evidence read never fails on it."""
+    try:
+        payload = msgspec.json.decode(payload_json)
+    except RecursionError:  # msgspec gives up around 1000 levels
+        return {PAYLOAD_OMITTED_KEY: PAYLOAD_TOO_DEEP}
+    except msgspec.DecodeError:
+        return {PAYLOAD_OMITTED_KEY: "the stored payload is not valid JSON"}
+    if not isinstance(payload, dict):
+        return {PAYLOAD_OMITTED_KEY: "the stored payload is not a JSON object"}
+    if walk_json({"payload": payload})[2] is not None:
+        return {PAYLOAD_OMITTED_KEY: PAYLOAD_TOO_DEEP}
+    return payload
+
+
 def canonical_json(payload: Any) -> bytes:
-    """RFC 8785 canonical bytes, or 400 naming why the payload cannot be canonicalized."""
+    """RFC 8785 canonical bytes, or 400 naming why the payload cannot be canonicalized (one
+    nested deeper than MAX_JSON_DEPTH levels included)."""
+    check_payload_depth(payload)
     try:
         return bytes(rfc8785.dumps(payload))
     except rfc8785.IntegerDomainError as exc:

@@ -5,14 +5,17 @@ queue, so both refuse the same input with the same message."""
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any, Literal, TypeVar
+import json
+import re
+from typing import Annotated, Any, Literal, NoReturn, TypeVar
 
 import msgspec
 from msgspec import Meta
 
 from coordinator.protocol import constants as C
+from coordinator.protocol.errors import BadRequest
 from coordinator.protocol.names import LANE_PATTERN, MACHINE_PATTERN
-from coordinator.protocol.receipts import HASH_PATTERN, RECEIPT_ID_PATTERN
+from coordinator.protocol.receipts import HASH_PATTERN, RECEIPT_ID_PATTERN, walk_json
 from coordinator.protocol.replies import ReceiptPhase, ReleaseOutcome
 
 EXAMPLE_LANE = "demo:main"  # what tools that generate requests from the document use
@@ -195,3 +198,97 @@ def convert(data: dict[str, Any], schema: type[B]) -> B:
         if isinstance(value, float) and value.is_integer():
             data[name] = int(value)
     return msgspec.convert(data, schema)
+
+
+# ---------------------------------------------------------------- raw bodies
+
+_SHOWN_KEY = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # a key a message may name as it is
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _duplicate_key(raw: bytes) -> str | None:
+    """The first key given twice in one object of `raw` (valid JSON, depth already bounded)."""
+    try:
+        json.loads(raw, object_pairs_hook=_refuse_duplicates)
+    except _DuplicateKey as exc:
+        return exc.key
+    except (ValueError, RecursionError):  # what msgspec took and json does not (a huge int)
+        return None
+    return None
+
+
+def decode_body(raw: bytes) -> dict[str, Any]:
+    """A request body as a JSON object, or 400 bad-request naming what is wrong: not JSON,
+    not an object, a value nested deeper than MAX_JSON_DEPTH levels (named by its top-level
+    key), or a key given twice in one object (JSON parsers disagree on which one wins, so
+    the protocol refuses it).
+
+    Duplicates cost almost nothing to rule out: msgspec keeps the last of equal keys, so a
+    body had none exactly when its ':' outside strings (every ':' in the raw text, less those
+    inside decoded strings) number its decoded keys. Only when that count differs, or a
+    \\u003a escape could hide a ':', does a second parse look for the key by name."""
+    try:
+        data = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        raise BadRequest("body: not valid JSON") from None
+    except RecursionError:  # msgspec raises it (not DecodeError) around 1000 levels
+        _refuse_depth(_too_deep_in_text(raw))
+    if not isinstance(data, dict):
+        raise BadRequest("body: must be a JSON object")
+    keys, colons, too_deep = walk_json(data)
+    if too_deep is not None:
+        _refuse_depth(too_deep)
+    if raw.count(b":") - colons != keys or b"\\u003" in raw:
+        dup = _duplicate_key(raw)
+        if dup is not None:
+            shown = repr(dup) if _SHOWN_KEY.fullmatch(dup) else "a key"
+            raise BadRequest(f"body: duplicate key {shown} (each key at most once per object)")
+    return data
+
+
+def _refuse_depth(key: str | None) -> NoReturn:
+    where = key if key is not None and _SHOWN_KEY.fullmatch(key) else "body"
+    raise BadRequest(f"{where}: nested deeper than {C.MAX_JSON_DEPTH} levels")
+
+
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}:]')
+_SCAN_TOKENS = 100_000  # naming the field is a courtesy: a bounded scan
+
+
+def _too_deep_in_text(raw: bytes) -> str | None:
+    """The top-level key whose value nests too deep, from the text (for a body too deep for
+    msgspec to decode at all), or None if the scan cannot tell within its bound."""
+    depth = 0
+    key: str | None = None
+    prev = b""
+    for n, m in enumerate(_TOKEN.finditer(raw)):
+        if n > _SCAN_TOKENS:
+            return None
+        tok = m.group()
+        if tok in (b"{", b"["):
+            depth += 1
+            if depth > C.MAX_JSON_DEPTH + 1:  # the body itself is one level
+                return key
+        elif tok in (b"}", b"]"):
+            depth -= 1
+        elif tok == b":" and depth == 1 and prev[:1] == b'"':
+            try:
+                key = json.loads(prev)
+            except ValueError:
+                key = None
+        prev = tok
+    return None

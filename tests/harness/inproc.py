@@ -30,6 +30,7 @@ from client.api import LaneClient
 from coordinator.clock import Clock, ManualClock, SystemClock
 from coordinator.config import Config
 from coordinator.http.app import create_app
+from coordinator.http.server import LaneRunner
 from tests.harness.config import TOKEN, client_env, make_config, new_token
 from tests.harness.loop import LoopThread
 
@@ -219,7 +220,7 @@ async def start_running(
     hits: dict[str, int] = {}
     app = create_app(config, toks, data_dir, clock)
     app.middlewares.append(fault_layer(faults, hits))  # innermost: auth still applies
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    runner = LaneRunner(app, config)  # what `serve` runs: its limits and error shapes
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

@@ -1,4 +1,4 @@
-"""RFC 8785 (JCS) canonical JSON, content hashes and receipt ids (coordinator/core/receipts.py)."""
+"""RFC 8785 (JCS) canonical JSON, content hashes and receipt ids (engine/receipts.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.core.model import ReceiptPhase
-from coordinator.core.receipts import (
+from coordinator.engine.model import ReceiptPhase
+from coordinator.engine.receipts import (
     HASH_RE,
     PHASES,
     canonical_json,

@@ -11,7 +11,7 @@ import pytest
 from client import errors as client_errors
 from coordinator import constants as server_constants
 from coordinator import errors as server_errors
-from coordinator.core import model
+from coordinator.engine import model
 from coordinator.protocol import constants as C
 from coordinator.protocol import errors as E
 from coordinator.protocol import replies as wire
