@@ -5,12 +5,17 @@ cross-machine protocol (a synced or network state dir is refused).
 Layout and rules (docs/client.md, "Local queue"):
 - One SQLite file per lane in the state dir, named like the coordinator's data dir
   (`route+account.sqlite`), with the coordinator's schema and migrations.
-- Every operation is one `BEGIN IMMEDIATE` transaction: load the lane's snapshot, build a
-  `LaneCore`, `advance(now)` (reap expired leases and abandoned waiters, end a due pause,
-  promote — these effects are kept even when the operation itself is refused), run the
-  operation, apply its changes, COMMIT. BEGIN IMMEDIATE serializes writers across processes.
+- Every operation is one lane transaction (coordinator/engine/store.py): `begin` (BEGIN
+  IMMEDIATE: serializes writers across processes) reads the lane's version; the lane's
+  `LaneCore` kept from this queue's previous call is reused when the version is unchanged,
+  else rebuilt from the file (`load`); `advance(now)` (reap expired leases and abandoned
+  waiters, end a due pause, promote — these effects are kept even when the operation itself
+  is refused), the engine operation, `apply`, `finish` (COMMIT, version + 1). An operation
+  that changed nothing ends its transaction without a new version.
+- `now` is the clock, never behind the latest `now` the lane ran at (`lane_now`).
 - Waiter keep-alives are written to the file (at most every KEEPALIVE_PERSIST_SECONDS per
-  ticket), because no process keeps the lane in memory between calls.
+  ticket), because other processes only see the file; a keep-alive not written is not kept
+  in memory either, so a kept core behaves exactly like one rebuilt from the file.
 - Every lane has capacity 1 unless `LANE_LOCAL_CAPACITY` (or `capacity=`) says otherwise.
 - `await` polls the file every `poll_interval` seconds (there are no cross-process wakeups).
 - Replies say `coordinator: "local-sqlite"`; there are no receipts: `receipt` answers
@@ -26,9 +31,10 @@ import secrets
 import sqlite3
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -38,23 +44,26 @@ from client.errors import (
     BadRequestError,
     ConfigError,
     LaneClientError,
-    NotFoundError,
     SyncedFolderError,
     UnavailableError,
     error_for,
 )
 from coordinator import constants as C
-from coordinator.core.commands import Acquire, Cooldown, Heartbeat, Release, TicketCall
-from coordinator.core.lane import LaneCore
-from coordinator.core.model import (
-    Effects,
-    LaneSettings,
-    LaneSnapshot,
-    PutTicket,
-    Ticket,
-    TicketState,
+from coordinator.engine.commands import Acquire, Cooldown, Heartbeat, Release, TicketCall
+from coordinator.engine.lane import LaneCore
+from coordinator.engine.model import Change, Effects, LaneSettings, PutTicket, TicketState
+from coordinator.engine.operations import (
+    AcquireOp,
+    AwaitOp,
+    CooldownOp,
+    HeartbeatOp,
+    HistoryOp,
+    Operation,
+    ReleaseOp,
+    StatusOp,
+    detached,
 )
-from coordinator.core.views import history_row, outcome_counts
+from coordinator.engine.store import Reads, lane_now
 from coordinator.errors import StoreError
 from coordinator.protocol import requests as S
 from coordinator.protocol.errors import LaneError
@@ -63,7 +72,6 @@ from coordinator.protocol.receipts import check_receipt_id
 from coordinator.protocol.replies import (
     CooldownReply,
     HeartbeatReply,
-    HistoryEntry,
     HistoryReply,
     LaneReply,
     Pause,
@@ -200,7 +208,17 @@ def _client_error(exc: LaneError) -> LaneClientError:
     return error_for(exc.code, exc.status, exc.message)
 
 
-Op = Callable[[LaneCore, float, SqliteLaneStore], tuple[T, Effects]]
+@dataclass(slots=True)
+class _Kept:
+    """A lane's core kept between calls, valid while the file is at `version`.
+
+    `persisted` is each live ticket's `last_seen_at` as the file holds it: a keep-alive the
+    keep-alive rule does not write is taken back, as a rebuild from the file would."""
+
+    core: LaneCore
+    version: int
+    last_now: float | None
+    persisted: dict[str, float] = field(default_factory=dict)
 
 
 class LocalQueue:
@@ -251,6 +269,8 @@ class LocalQueue:
             incidents_retained=C.INCIDENTS_RETAINED,
         )
         self._stores: dict[str, SqliteLaneStore] = {}
+        self._kept: dict[str, _Kept] = {}
+        self.reuse_core = True  # False: rebuild the core from the file on every call
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -288,77 +308,112 @@ class LocalQueue:
             for store in self._stores.values():
                 store.close()
             self._stores.clear()
+            self._kept.clear()
 
     # ------------------------------------------------------------------ engine
 
     def _store(self, lane: str) -> SqliteLaneStore:
         store = self._stores.get(lane)
         if store is None:
-            store = SqliteLaneStore(self.path_for(lane), lane)
+            store = SqliteLaneStore(
+                self.path_for(lane), lane, busy_timeout_ms=LOCAL_BUSY_TIMEOUT_MS
+            )
             store.open()
-            store.db.execute(f"PRAGMA busy_timeout = {LOCAL_BUSY_TIMEOUT_MS}")
             self._stores[lane] = store
         return store
 
-    def _run_sync(self, lane: str, op: Op[T], absent: Callable[[], T] | None) -> T:
+    def _run_sync(self, lane: str, op: Operation[T]) -> T:
         with self._lock:
-            if absent is not None and lane not in self._stores and not self.path_for(lane).exists():
-                return absent()  # only acquire creates a lane file (as on the coordinator)
+            if not op.creates and lane not in self._stores and not self.path_for(lane).exists():
+                # only acquire creates a lane file (as on the coordinator)
+                return self._detached(lane, op)
             try:
-                store = self._store(lane)
-                now = self._clock()
-                refused: LaneError | None = None
-                result: T | None = None
-                with store.transaction():
-                    snap = store.load(lane)
-                    seen = {t.ticket_id: t.last_seen_at for t in snap.live}
-                    # now=0.0: keep each waiter's persisted keep-alive (the coordinator's
-                    # "restart grants a full window" rule would make local waiters immortal).
-                    core = LaneCore(lane, self._settings, snap, 0.0, coordinator=LOCAL_KIND)
-                    store.apply_in_transaction(core.advance(now).changes)
-                    try:
-                        result, fx = op(core, now, store)
-                    except LaneError as exc:
-                        refused, fx = exc, Effects()
-                    fx.changes.extend(self._keepalives(core, seen, fx))
-                    store.apply_in_transaction(fx.changes)
+                return self._transaction(lane, op)
             except StoreError as exc:
                 raise UnavailableError(message=f"local queue store: {exc.message}") from None
             except sqlite3.Error as exc:
                 raise UnavailableError(
                     message=f"local queue store {self.path_for(lane).name}: {type(exc).__name__}"
                 ) from None
+            except LaneError as exc:  # refused, after the lane's time-driven changes committed
+                raise _client_error(exc) from None
+
+    def _detached(self, lane: str, op: Operation[T]) -> T:
+        try:
+            return detached(op, lane, self._settings, self._clock(), LOCAL_KIND)
+        except LaneError as exc:
+            raise _client_error(exc) from None
+
+    def _transaction(self, lane: str, op: Operation[T]) -> T:
+        """One lane transaction: begin, (re)load when the file moved on, advance, the
+        operation, apply, finish. A refusal (LaneError) is raised after COMMIT; any other
+        failure rolls the transaction back and forgets the kept core."""
+        store = self._store(lane)
+        head = store.begin()
+        try:
+            kept = self._kept.pop(lane, None)
+            if kept is None or kept.version != head.version or not self.reuse_core:
+                snap = store.load()
+                # now=0.0: keep each waiter's persisted keep-alive (the coordinator's
+                # "restart grants a full window" rule would make local waiters immortal).
+                core = LaneCore(lane, self._settings, snap, 0.0, coordinator=LOCAL_KIND)
+                persisted = {t.ticket_id: t.last_seen_at for t in snap.live}
+                kept = _Kept(core, snap.version, snap.last_now, persisted)
+            core = kept.core
+            now = lane_now(self._clock(), head.last_now, kept.last_now)
+            changes: list[Change] = list(core.advance(now).changes)
+            store.apply(changes)
+            refused: LaneError | None = None
+            result: T | None = None
+            reads = Reads.perform(store, op.needs(core))  # sees the advance's changes
+            try:
+                done = op.run(core, now, reads)
+                result, fx = done.reply, done.fx
+            except LaneError as exc:
+                refused, fx = exc, Effects()
+            keepalives = self._keepalives(core, kept.persisted, fx)
+            store.apply([*fx.changes, *keepalives])
+            changes += [*fx.changes, *keepalives]
+            if changes:
+                kept.version = store.finish(core.next_deadline(), now)
+            else:
+                store.abort()  # nothing written: no new version
+            kept.last_now = now
+            self._settle_keepalives(kept, changes)
+        except BaseException:
+            store.abort()
+            raise
+        self._kept[lane] = kept
         if refused is not None:
-            raise _client_error(refused) from None
+            raise refused
         assert result is not None
         return result
 
     @staticmethod
-    def _keepalives(core: LaneCore, seen: dict[str, float], fx: Effects) -> list[PutTicket]:
+    def _keepalives(core: LaneCore, persisted: dict[str, float], fx: Effects) -> list[PutTicket]:
         written = {ch.ticket.ticket_id for ch in fx.changes if isinstance(ch, PutTicket)}
         out = []
         for tid, t in core.live.items():
-            if t.state is not TicketState.QUEUED or tid in written or tid not in seen:
+            if t.state is not TicketState.QUEUED or tid in written or tid not in persisted:
                 continue
-            if t.last_seen_at - seen[tid] >= KEEPALIVE_PERSIST_SECONDS:
+            if t.last_seen_at - persisted[tid] >= KEEPALIVE_PERSIST_SECONDS:
                 out.append(PutTicket(t))
         return out
 
-    async def _run(self, lane: str, op: Op[T], absent: Callable[[], T] | None) -> T:
-        return await asyncio.to_thread(self._run_sync, lane, op, absent)
-
     @staticmethod
-    def _no_ticket(lane: str, ticket_id: str) -> Callable[[], NoReturn]:
-        def absent() -> NoReturn:
-            raise NotFoundError(
-                status=404, message=f"ticketId: no ticket {ticket_id!r} in lane {lane}"
-            )
+    def _settle_keepalives(kept: _Kept, changes: list[Change]) -> None:
+        """After COMMIT: remember what the file holds; take back unwritten keep-alives."""
+        for ch in changes:
+            if isinstance(ch, PutTicket):
+                kept.persisted[ch.ticket.ticket_id] = ch.ticket.last_seen_at
+        core = kept.core
+        kept.persisted = {tid: at for tid, at in kept.persisted.items() if tid in core.live}
+        for tid, at in kept.persisted.items():
+            if core.live[tid].last_seen_at != at:
+                core.restore_keepalive(tid, at)
 
-        return absent
-
-    @staticmethod
-    def _ended(core: LaneCore, store: SqliteLaneStore, ticket_id: str) -> Ticket | None:
-        return None if ticket_id in core.live else store.get_ticket(ticket_id)
+    async def _run(self, lane: str, op: Operation[T]) -> T:
+        return await asyncio.to_thread(self._run_sync, lane, op)
 
     def _body(self, lane: str, **fields: Any) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -395,36 +450,22 @@ class LocalQueue:
             b.machine_id, b.claim_id, b.project, b.scene, b.prompt_hash, b.lease_seconds,
             "t_" + secrets.token_urlsafe(16),
         )  # fmt: skip
-
-        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[LaneReply, Effects]:
-            return core.acquire(cmd, now)
-
-        return await self._run(lane, op, None)
-
-    def _await_once(self, b: S.AwaitBody) -> Op[LaneReply]:
-        call = self._call(b)
-
-        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[LaneReply, Effects]:
-            reply, fx, _ = core.await_(call, now, self._ended(core, store, call.ticket_id))
-            return reply, fx
-
-        return op
+        return await self._run(lane, AcquireOp(cmd))
 
     async def await_ticket(self, lane: str, ticket_id: str, wait_seconds: float = 30) -> LaneReply:
         """Polls the file every `poll_interval` s until the ticket is no longer queued, the
         pause starts/ends/changes, or `wait_seconds` pass (SPEC §4.2 semantics)."""
         b = _validate(S.AwaitBody, self._body(lane, ticketId=ticket_id, waitSeconds=wait_seconds))
         deadline = monotonic() + b.wait_seconds
-        op = self._await_once(b)
-        missing = self._no_ticket(lane, b.ticket_id)
-        reply = await self._run(lane, op, missing)
+        op = AwaitOp(self._call(b))
+        reply = await self._run(lane, op)
         first_pause = _pause_key(reply.pause)
         while reply.ticket.state == "queued":
             left = deadline - monotonic()
             if left <= 0:
                 break
             await asyncio.sleep(min(self.poll_interval, left))
-            reply = await self._run(lane, op, missing)
+            reply = await self._run(lane, op)
             if _pause_key(reply.pause) != first_pause:
                 break
         return reply
@@ -435,14 +476,7 @@ class LocalQueue:
         b = _validate(
             S.HeartbeatBody, self._body(lane, ticketId=ticket_id, leaseSeconds=lease_seconds)
         )
-        cmd = Heartbeat(self._call(b), b.lease_seconds)
-
-        def op(
-            core: LaneCore, now: float, store: SqliteLaneStore
-        ) -> tuple[HeartbeatReply, Effects]:
-            return core.heartbeat(cmd, now, self._ended(core, store, b.ticket_id))
-
-        return await self._run(lane, op, self._no_ticket(lane, b.ticket_id))
+        return await self._run(lane, HeartbeatOp(Heartbeat(self._call(b), b.lease_seconds)))
 
     async def release(
         self,
@@ -460,11 +494,7 @@ class LocalQueue:
             ),
         )  # fmt: skip
         cmd = Release(self._call(b), b.outcome, b.provider_job_id, b.note)
-
-        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[ReleaseReply, Effects]:
-            return core.release(cmd, now, self._ended(core, store, b.ticket_id))
-
-        return await self._run(lane, op, self._no_ticket(lane, b.ticket_id))
+        return await self._run(lane, ReleaseOp(cmd))
 
     async def receipt(
         self,
@@ -510,25 +540,12 @@ class LocalQueue:
             ),
         )  # fmt: skip
         cmd = Cooldown(self._call(b), b.reason_code, b.retry_after_seconds)
-
-        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[CooldownReply, Effects]:
-            return core.cooldown(cmd, now, self._ended(core, store, b.ticket_id))
-
-        return await self._run(lane, op, self._no_ticket(lane, b.ticket_id))
+        return await self._run(lane, CooldownOp(cmd))
 
     async def status(self, lane: str, include_receipts: bool = False) -> StatusReply:
         """Reaps and promotes like the coordinator; never has receipt keys (no receipts)."""
         _validate(S.StatusBody, {"protocolVersion": PROTOCOL_VERSION, "lane": lane})
-
-        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[StatusReply, Effects]:
-            return core.status(now, C.STATUS_QUEUED_LIMIT), Effects()
-
-        def empty() -> StatusReply:
-            now = self._clock()
-            core = LaneCore(lane, self._settings, LaneSnapshot(), now, coordinator=LOCAL_KIND)
-            return core.status(now, C.STATUS_QUEUED_LIMIT)
-
-        return await self._run(lane, op, empty)
+        return await self._run(lane, StatusOp(C.STATUS_QUEUED_LIMIT))
 
     async def history(
         self, lane: str, limit: int = 100, project: str | None = None
@@ -537,24 +554,7 @@ class LocalQueue:
         if project is not None:
             body["project"] = project
         b = _validate(S.HistoryBody, body)
-        retained_limit = self._settings.history_retained
-
-        def reply(entries: list[HistoryEntry], retained: int) -> HistoryReply:
-            return HistoryReply(
-                coordinator=LOCAL_KIND,
-                lane=lane,
-                enforced=True,
-                entries=entries,
-                counts=outcome_counts(entries),
-                retained=retained,
-                retained_limit=retained_limit,
-            )
-
-        def op(core: LaneCore, now: float, store: SqliteLaneStore) -> tuple[HistoryReply, Effects]:
-            entries = [history_row(t) for t in store.history(b.limit, b.project)]
-            return reply(entries, store.history_count()), Effects()
-
-        return await self._run(lane, op, lambda: reply([], 0))
+        return await self._run(lane, HistoryOp(b.limit, b.project))
 
 
 def _pause_key(p: Pause | None) -> tuple[float, float] | None:

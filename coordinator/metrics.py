@@ -22,7 +22,7 @@ from typing import Final, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from coordinator.core.model import (
+from coordinator.engine.model import (
     RELEASE_OUTCOMES,
     Effects,
     IncidentKind,

@@ -1,7 +1,9 @@
 """The coordinator's operations: validated commands in, protocol replies (Structs) out.
 
-HTTP handlers call these; each lane operation becomes one job in that lane's actor.
-Unenforced lanes (SPEC §5) are answered here without any actor or file.
+HTTP handlers call these; each lane operation is an engine operation
+(coordinator/engine/operations.py) run as one job in that lane's actor; a lane with no file
+yet is answered from an empty core. Unenforced lanes (SPEC §5) are answered here from
+coordinator/engine/unenforced.py without any actor or file.
 """
 
 from __future__ import annotations
@@ -9,19 +11,15 @@ from __future__ import annotations
 import asyncio
 import secrets
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import msgspec
-
-from coordinator.actor.lane_actor import Ctx
+from coordinator.actor.lane_actor import Ctx, operation_job
 from coordinator.actor.registry import LaneRegistry
 from coordinator.clock import Clock
 from coordinator.constants import (
     COORDINATOR_KIND,
     DEFAULT_INCIDENTS_LIMIT,
-    EVIDENCE_RECENT_SECONDS,
     OVERVIEW_DEFAULT_HISTORY,
     OVERVIEW_DEFAULT_LOG_LIMIT,
     OVERVIEW_DEFAULT_QUEUED,
@@ -30,7 +28,8 @@ from coordinator.constants import (
     RECENT_RECEIPTS_LIMIT,
     STATUS_QUEUED_LIMIT,
 )
-from coordinator.core.commands import (
+from coordinator.engine import unenforced
+from coordinator.engine.commands import (
     Acquire,
     Cooldown,
     Heartbeat,
@@ -38,26 +37,34 @@ from coordinator.core.commands import (
     Release,
     TicketCall,
 )
-from coordinator.core.lane import LaneCore
-from coordinator.core.model import (
-    Effects,
-    LaneSnapshot,
-    ReceiptPhase,
-    Ticket,
+from coordinator.engine.lane import LaneCore
+from coordinator.engine.model import LaneSettings, LaneSnapshot
+from coordinator.engine.operations import (
+    AcquireOp,
+    AwaitOp,
+    CooldownOp,
+    EvidenceOp,
+    HeartbeatOp,
+    HistoryOp,
+    Operation,
+    ReceiptOp,
+    ReleaseOp,
+    StatusOp,
+    detached,
+    evidence_reply,
+    unknown_job,
 )
-from coordinator.core.views import (
+from coordinator.engine.unenforced import UNLIMITED_PREFIX
+from coordinator.engine.views import (
     history_row,
     incident_row,
     log_row,
     outcome_counts,
-    receipt_row,
     receipt_summary,
 )
 from coordinator.errors import NotFound
 from coordinator.protocol import replies as wire
-from coordinator.protocol.replies import UNKNOWN
 
-UNLIMITED_PREFIX = "unlimited-"
 R = TypeVar("R")
 
 
@@ -83,94 +90,49 @@ class LaneService:
             raise _NoLane()
         return await actor.submit(job)
 
-    def _empty_core(self, lane: str) -> LaneCore:
+    def _settings(self, lane: str) -> LaneSettings:
         settings = self.config.lane_settings(lane)
         assert settings is not None
+        return settings
+
+    def _empty_core(self, lane: str) -> LaneCore:
         return LaneCore(
-            lane, settings, LaneSnapshot(), self.clock.now(), coordinator=COORDINATOR_KIND
-        )
-
-    @staticmethod
-    async def _ended(ctx: Ctx, ticket_id: str) -> Ticket | None:
-        if ticket_id in ctx.core.live:
-            return None
-        return await ctx.read(ctx.actor.store.get_ticket, ticket_id)
-
-    # ---------------------------------------------------------------- unenforced
-
-    def _unlimited_ticket(self, lane: str, cmd: Acquire | None, ticket_id: str) -> wire.Ticket:
-        now = self.clock.now()
-        return wire.Ticket(
-            ticket_id=ticket_id,
-            lane=lane,
-            state="held",
-            machine_id=cmd.machine_id if cmd else None,
-            claim_id=cmd.claim_id if cmd else None,
-            project=cmd.project if cmd else None,
-            scene=cmd.scene if cmd else None,
-            prompt_hash=cmd.prompt_hash if cmd else None,
-            position=0,
-            eta_seconds=0.0,
-            enqueued_at=now,
-            held_at=now,
-            lease_expires_at=None,
-            heartbeat_at=None,
-            fence=None,
-        )
-
-    def _unenforced_reply(self, lane: str, cmd: Acquire | None, ticket_id: str) -> wire.LaneReply:
-        ticket = self._unlimited_ticket(lane, cmd, ticket_id)
-        return wire.LaneReply(
+            lane,
+            self._settings(lane),
+            LaneSnapshot(),
+            self.clock.now(),
             coordinator=COORDINATOR_KIND,
-            lane=lane,
-            enforced=False,
-            ticket=ticket,
-            granted=True,
-            duplicate=False,
-            owner=wire.Owner(machine_id=ticket.machine_id, claim_id=ticket.claim_id),
-            pause=None,
         )
+
+    async def _perform(
+        self, lane: str, op: Operation[R], parked: list[asyncio.Future[None]] | None = None
+    ) -> R:
+        """An engine operation as one job in the lane's actor; a lane with no file yet is
+        answered from an empty core (a ticket call there is not-found) and nothing is made."""
+        try:
+            result: R = await self._job(lane, operation_job(op, parked), create=op.creates)
+        except _NoLane:
+            return detached(op, lane, self._settings(lane), self.clock.now(), COORDINATOR_KIND)
+        return result
 
     # ---------------------------------------------------------------- operations
 
     async def acquire(self, lane: str, cmd: Acquire) -> wire.LaneReply:
         if not self.enforced(lane):
-            return self._unenforced_reply(lane, cmd, UNLIMITED_PREFIX + str(uuid.uuid4()))
-
-        async def job(ctx: Ctx) -> wire.LaneReply:
-            reply, fx = ctx.core.acquire(cmd, ctx.now)
-            ctx.fx.extend(fx)
-            return reply
-
-        result: wire.LaneReply = await self._job(lane, job, create=True)
-        return result
+            tid = UNLIMITED_PREFIX + str(uuid.uuid4())
+            return unenforced.lane_reply(lane, cmd, tid, self.clock.now(), COORDINATOR_KIND)
+        return await self._perform(lane, AcquireOp(cmd))
 
     async def await_(self, lane: str, call: TicketCall, wait_seconds: float) -> wire.LaneReply:
         if not self.enforced(lane) or call.ticket_id.startswith(UNLIMITED_PREFIX):
             if self.enforced(lane):
                 raise NotFound(f"ticketId: no ticket {call.ticket_id!r} in lane {lane}")
-            return self._unenforced_reply(lane, None, call.ticket_id)
+            now = self.clock.now()
+            return unenforced.lane_reply(lane, None, call.ticket_id, now, COORDINATOR_KIND)
         deadline = self.clock.now() + wait_seconds
         parked: list[asyncio.Future[None]] = []
-
-        async def first(ctx: Ctx) -> wire.LaneReply:
-            ended = await self._ended(ctx, call.ticket_id)
-            reply, fx, park = ctx.core.await_(call, ctx.now, ended)
-            ctx.fx.extend(fx)
-            if park:
-                parked.append(ctx.park(call.ticket_id))
-            return reply
-
-        async def again(ctx: Ctx) -> wire.LaneReply:
-            ended = await self._ended(ctx, call.ticket_id)
-            reply, fx, _ = ctx.core.await_(call, ctx.now, ended)
-            ctx.fx.extend(fx)
-            return reply
-
-        try:
-            reply: wire.LaneReply = await self._job(lane, first)
-        except _NoLane:
-            raise NotFound(f"ticketId: no ticket {call.ticket_id!r} in lane {lane}") from None
+        op = AwaitOp(call)
+        reply = await self._perform(lane, op, parked)
         if not parked:
             return reply
         fut = parked[0]
@@ -180,153 +142,42 @@ class LaneService:
         finally:
             timer.cancel()
             fut.cancel()
-        try:
-            reply = await self._job(lane, again)
-        except _NoLane:
-            raise NotFound(f"ticketId: no ticket {call.ticket_id!r} in lane {lane}") from None
-        return reply
+        return await self._perform(lane, op)
 
     async def heartbeat(self, lane: str, cmd: Heartbeat) -> wire.HeartbeatReply:
         if not self.enforced(lane):
-            return wire.HeartbeatReply(
-                coordinator=COORDINATOR_KIND,
-                refreshed=True,
-                state="held",
-                lease_expires_at=None,
-                fence=None,
-                reason=None,
-            )
-
-        return await self._ticket_op(
-            lane, cmd.call.ticket_id, lambda core, now, ended: core.heartbeat(cmd, now, ended)
-        )
+            return unenforced.heartbeat_reply(COORDINATOR_KIND)
+        return await self._perform(lane, HeartbeatOp(cmd))
 
     async def release(self, lane: str, cmd: Release) -> wire.ReleaseReply:
         if not self.enforced(lane):
-            return wire.ReleaseReply(
-                coordinator=COORDINATOR_KIND,
-                released=True,
-                state="done",
-                outcome=cmd.outcome,
-                promoted=[],
-                reason=None,
-            )
-
-        return await self._ticket_op(
-            lane, cmd.call.ticket_id, lambda core, now, ended: core.release(cmd, now, ended)
-        )
+            return unenforced.release_reply(cmd.outcome, COORDINATOR_KIND)
+        return await self._perform(lane, ReleaseOp(cmd))
 
     async def cooldown(self, lane: str, cmd: Cooldown) -> wire.CooldownReply:
         if not self.enforced(lane):
-            return wire.CooldownReply(
-                coordinator=COORDINATOR_KIND, paused=False, extended=False, pause=None
-            )
-
-        return await self._ticket_op(
-            lane, cmd.call.ticket_id, lambda core, now, ended: core.cooldown(cmd, now, ended)
-        )
+            return unenforced.cooldown_reply(COORDINATOR_KIND)
+        return await self._perform(lane, CooldownOp(cmd))
 
     async def receipt(self, lane: str, cmd: RecordReceipt) -> tuple[int, wire.ReceiptReply]:
         if not self.enforced(lane):
-            return 200, wire.ReceiptReply(
-                coordinator=COORDINATOR_KIND, stored=False, replay=False, content_hash_verified=None
-            )
-
-        async def job(ctx: Ctx) -> tuple[int, wire.ReceiptReply]:
-            ended = await self._ended(ctx, cmd.ticket_id)
-            existing = await ctx.read(ctx.actor.store.get_receipt, cmd.receipt_id)
-            reply, fx, stored = ctx.core.receipt(cmd, ctx.now, ended, existing)
-            ctx.fx.extend(fx)
-            return (201 if stored else 200), reply
-
-        result: tuple[int, wire.ReceiptReply] = await self._ticket_job(lane, cmd.ticket_id, job)
-        return result
-
-    async def _ticket_op(
-        self,
-        lane: str,
-        ticket_id: str,
-        op: Callable[[LaneCore, float, Ticket | None], tuple[R, Effects]],
-    ) -> R:
-        """One call on one exact ticket: the ticket from memory, or the file once it ended."""
-
-        async def job(ctx: Ctx) -> R:
-            ended = await self._ended(ctx, ticket_id)
-            reply, fx = op(ctx.core, ctx.now, ended)
-            ctx.fx.extend(fx)
-            return reply
-
-        reply: R = await self._ticket_job(lane, ticket_id, job)
-        return reply
-
-    async def _ticket_job(self, lane: str, ticket_id: str, job: Any) -> Any:
-        try:
-            return await self._job(lane, job)
-        except _NoLane:
-            raise NotFound(f"ticketId: no ticket {ticket_id!r} in lane {lane}") from None
+            return 200, unenforced.receipt_reply(COORDINATOR_KIND)
+        return await self._perform(lane, ReceiptOp(cmd))
 
     def _unenforced_status(self, lane: str) -> wire.StatusReply:
-        return wire.StatusReply(
-            coordinator=COORDINATOR_KIND,
-            lane=lane,
-            enforced=False,
-            capacity=None,
-            held=[],
-            queued=[],
-            queued_total=0,
-            pause=None,
-            now=self.clock.now(),
-        )
+        return unenforced.status_reply(lane, self.clock.now(), COORDINATOR_KIND)
 
     async def status(self, lane: str, include_receipts: bool) -> wire.StatusReply:
         if not self.enforced(lane):
             return self._unenforced_status(lane)
-
-        async def job(ctx: Ctx) -> wire.StatusReply:
-            reply = ctx.core.status(ctx.now, STATUS_QUEUED_LIMIT)
-            if include_receipts:
-                rows = await ctx.read(ctx.actor.store.recent_receipts, RECENT_RECEIPTS_LIMIT)
-                reply.receipts = [receipt_row(r) for r in rows]
-            return reply
-
-        try:
-            result: wire.StatusReply = await self._job(lane, job)
-        except _NoLane:
-            result = self._empty_core(lane).status(self.clock.now(), STATUS_QUEUED_LIMIT)
-            if include_receipts:
-                result.receipts = []
-        return result
+        receipts = RECENT_RECEIPTS_LIMIT if include_receipts else None
+        return await self._perform(lane, StatusOp(STATUS_QUEUED_LIMIT, receipts))
 
     async def history(self, lane: str, limit: int, project: str | None) -> wire.HistoryReply:
-        retained_limit = self.config.history_retained
         if not self.enforced(lane):
-            return wire.HistoryReply(
-                coordinator=COORDINATOR_KIND,
-                lane=lane,
-                enforced=False,
-                entries=[],
-                counts={},
-                retained=0,
-                retained_limit=retained_limit,
-            )
-
-        async def job(ctx: Ctx) -> tuple[list[wire.HistoryEntry], int]:
-            rows = await ctx.read(ctx.actor.store.history, limit, project)
-            return [history_row(t) for t in rows], ctx.core.history_count
-
-        try:
-            entries, retained = await self._job(lane, job)
-        except _NoLane:
-            entries, retained = [], 0
-        return wire.HistoryReply(
-            coordinator=COORDINATOR_KIND,
-            lane=lane,
-            enforced=True,
-            entries=entries,
-            counts=outcome_counts(entries),
-            retained=retained,
-            retained_limit=retained_limit,
-        )
+            retained_limit = self.config.history_retained
+            return unenforced.history_reply(lane, retained_limit, COORDINATOR_KIND)
+        return await self._perform(lane, HistoryOp(limit, project))
 
     # ---------------------------------------------------------------- control-room reads
 
@@ -455,93 +306,11 @@ class LaneService:
         return result
 
     async def evidence(self, lane: str, ticket_id: str | None) -> wire.EvidenceReply:
-        now = self.clock.now()
-        job_evidence: wire.JobEvidence | None = None
-        coord = wire.CoordinatorEvidence(machines_seen=[], distinct_machines=0, collision=None)
         if self.enforced(lane):
-
-            async def job(ctx: Ctx) -> tuple[wire.CoordinatorEvidence, wire.JobEvidence | None]:
-                core = ctx.core
-                seen = sorted(
-                    (
-                        wire.MachineSeen(machine_id=m, last_seen_at=at)
-                        for m, at in core.machines_seen.items()
-                        if now - at <= EVIDENCE_RECENT_SECONDS
-                    ),
-                    key=lambda r: r.last_seen_at,
-                    reverse=True,
-                )
-                collision = core.last_collision
-                c = wire.CoordinatorEvidence(
-                    machines_seen=seen,
-                    distinct_machines=len(seen),
-                    collision=None if collision is None else _collision(collision),
-                )
-                if ticket_id is None:
-                    return c, None
-                t = core.live.get(ticket_id) or await ctx.read(
-                    ctx.actor.store.get_ticket, ticket_id
-                )
-                if t is None:
-                    return c, _unknown_job(ticket_id)
-                recs = await ctx.read(ctx.actor.store.receipts_for_ticket, ticket_id)
-                by_phase: dict[str, list[wire.ReceiptRow] | wire.Unknown] = {
-                    p.value: UNKNOWN for p in ReceiptPhase
-                }
-                for r in recs:
-                    if r.ticket_id != ticket_id:
-                        continue
-                    cur = by_phase.get(r.phase)
-                    row = receipt_row(r)
-                    by_phase[r.phase] = [row] if not isinstance(cur, list) else [*cur, row]
-                return c, wire.JobEvidence(
-                    ticket_id=ticket_id,
-                    found=True,
-                    identity=wire.JobIdentity(
-                        project=t.project,
-                        scene=t.scene,
-                        prompt_hash=t.prompt_hash,
-                        machine_id=t.machine_id,
-                        claim_id=t.claim_id,
-                    ),
-                    state=t.state.value,
-                    outcome=t.outcome,
-                    fence=t.fence,
-                    receipts=by_phase,
-                    complete=all(v != UNKNOWN for v in by_phase.values()),
-                )
-
-            try:
-                coord, job_evidence = await self._job(lane, job)
-            except _NoLane:
-                if ticket_id is not None:
-                    job_evidence = _unknown_job(ticket_id)
-        elif ticket_id is not None:  # unenforced: the coordinator keeps nothing of its tickets
-            job_evidence = _unknown_job(ticket_id)
-        return wire.EvidenceReply(
-            coordinator=COORDINATOR_KIND,
-            lane=lane,
-            enforced=self.enforced(lane),
-            coordinator_evidence=coord,
-            job_evidence=job_evidence,
-            now=now,
-        )
-
-
-def _collision(stored: dict[str, Any]) -> wire.Collision:
-    """The lane's latest collision, as the core recorded it (an incident's detail)."""
-    return msgspec.convert(stored, wire.Collision)
-
-
-def _unknown_job(ticket_id: str) -> wire.JobEvidence:
-    """Job evidence for a ticket the coordinator has no record of: everything `unknown`."""
-    return wire.JobEvidence(
-        ticket_id=ticket_id,
-        found=False,
-        identity=UNKNOWN,
-        receipts={p.value: UNKNOWN for p in ReceiptPhase},
-        complete=False,
-    )
+            return await self._perform(lane, EvidenceOp(ticket_id))
+        # unenforced: the coordinator keeps nothing of its tickets
+        job = None if ticket_id is None else unknown_job(ticket_id)
+        return evidence_reply(lane, False, None, job, self.clock.now(), COORDINATOR_KIND)
 
 
 def _overview_lane(

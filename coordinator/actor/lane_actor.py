@@ -1,11 +1,13 @@
 """One actor per lane: the only code that touches a lane's core and store.
 
 Every operation is a job in the lane's mailbox. The actor drains the mailbox in
-batches: each job reads `now` once, runs the pure core, and its changes join the
-pending group; one transaction (one fsync) commits a group, and only then are its
-replies released and its waiters woken. Commits are pipelined: while one group
-commits on a store thread, the next one is built in memory. A job that must read the
-store first commits what is pending, so reads see every acknowledged change.
+batches: each job reads `now` once, runs an engine operation (`Ctx.perform`), and its
+changes join the pending group; one lane transaction (begin / apply / finish, one fsync)
+commits a group, and only then are its replies released and its waiters woken. Commits are
+pipelined: while one group commits on a store thread, the next one is built in memory. A job
+that must read the store first commits what is pending, so reads see every acknowledged
+change. A commit that finds the lane's version moved (another writer) fails like a store
+error: the group answers 503 and the lane is reloaded.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ import structlog
 
 from coordinator.clock import Clock
 from coordinator.constants import COORDINATOR_KIND, MAILBOX_BATCH_MAX
-from coordinator.core.lane import LaneCore
-from coordinator.core.model import (
+from coordinator.engine.lane import LaneCore
+from coordinator.engine.model import (
+    Change,
     Effects,
     LaneSettings,
     PutIncident,
@@ -31,11 +34,13 @@ from coordinator.core.model import (
     PutReceipt,
     PutTicket,
 )
-from coordinator.errors import LaneError, Unavailable
+from coordinator.engine.operations import Operation, Result
+from coordinator.engine.store import LaneStore, Reads, lane_now
+from coordinator.errors import LaneError, StoreError, Unavailable
 from coordinator.metrics import NULL_METRICS, LaneObserver
-from coordinator.store.base import LaneStore
 
 T = TypeVar("T")
+R = TypeVar("R")
 log = structlog.get_logger("coordinator.actor")
 
 
@@ -56,11 +61,37 @@ class Ctx:
         await self.actor._barrier()
         return await self.actor._run(fn, *args)
 
+    async def perform(self, op: Operation[R]) -> Result[R]:
+        """Run an engine operation: its store reads (only when it needs any: a read waits
+        for the pending group's commit), then its pure part; its effects join the group."""
+        needs = op.needs(self.core)
+        reads = await self.read(Reads.perform, self.actor.store, needs) if needs else Reads()
+        result = op.run(self.core, self.now, reads)
+        self.fx.extend(result.fx)
+        return result
+
     def park(self, ticket_id: str) -> asyncio.Future[None]:
         return self.actor._park(ticket_id)
 
 
 Job = Callable[[Ctx], Awaitable[Any]]
+
+
+def operation_job(op: Operation[Any], parked: list[asyncio.Future[None]] | None = None) -> Job:
+    """A job that performs `op` and answers its reply; with `parked`, a long poll parks on
+    the ticket the operation names (inside the job, so no wake-up is lost)."""
+
+    async def job(ctx: Ctx) -> Any:
+        result = await ctx.perform(op)
+        if result.park is not None and parked is not None:
+            parked.append(ctx.park(result.park))
+        return result.reply
+
+    return job
+
+
+class StaleLane(StoreError):
+    """The lane's stored version is not the one this actor built its memory from."""
 
 
 @dataclass(slots=True)
@@ -87,6 +118,8 @@ class LaneActor:
         self.clock = clock
         self.metrics = metrics
         self.core: LaneCore | None = None
+        self._version = 0  # the lane version the core was loaded at / last committed
+        self._last_now: float | None = None  # the latest `now` a job of this lane ran at
         self._mailbox: asyncio.Queue[tuple[Job, asyncio.Future[Any]] | None] = asyncio.Queue()
         self._loop_task: asyncio.Task[None] | None = None
         self._alarm_task: asyncio.Task[None] | None = None
@@ -111,10 +144,11 @@ class LaneActor:
         await self.submit(_noop)
 
     async def _load(self) -> None:
-        snapshot = await self._run(self.store.load, self.lane)
-        self.core = LaneCore(
-            self.lane, self.settings, snapshot, self.clock.now(), coordinator=COORDINATOR_KIND
-        )
+        snapshot = await self._run(self.store.load)
+        now = lane_now(self.clock.now(), snapshot.last_now, self._last_now)
+        self.core = LaneCore(self.lane, self.settings, snapshot, now, coordinator=COORDINATOR_KIND)
+        self._version = snapshot.version
+        self._last_now = now
 
     async def stop(self) -> None:
         if self.closed:
@@ -203,7 +237,8 @@ class LaneActor:
             self._rearm()
 
     async def _execute(self, job: Job, fut: asyncio.Future[Any]) -> None:
-        now = self.clock.now()
+        now = lane_now(self.clock.now(), self._last_now)  # the lane's clock never runs back
+        self._last_now = now
         self.last_used = now
         ctx = Ctx(self, now)
         assert self.core is not None
@@ -252,12 +287,37 @@ class LaneActor:
             self._settle(pending)
             self._wake(fx)
             return
-        self._committing = asyncio.ensure_future(self._commit(fx, pending))
+        assert self.core is not None and self._last_now is not None
+        head = (self._version, self.core.next_deadline(), self._last_now)
+        self._committing = asyncio.ensure_future(self._commit(fx, pending, *head))
 
-    async def _commit(self, fx: Effects, pending: list[_Pending]) -> None:
+    def _write(
+        self, version: int, changes: list[Change], next_deadline: float | None, last_now: float
+    ) -> int:
+        """One lane transaction on the store thread: the group's changes, or none of them."""
+        head = self.store.begin()
+        try:
+            if head.version != version:  # single server: never; replicas: reload and retry
+                raise StaleLane(f"lane {self.lane} is at version {head.version}, not {version}")
+            self.store.apply(changes)
+            return self.store.finish(next_deadline, last_now)
+        except BaseException:
+            self.store.abort()
+            raise
+
+    async def _commit(
+        self,
+        fx: Effects,
+        pending: list[_Pending],
+        version: int,
+        next_deadline: float | None,
+        last_now: float,
+    ) -> None:
         started = time.perf_counter()  # a duration, not the wall clock
         try:
-            await self._run(self.store.apply, fx.changes)
+            self._version = await self._run(
+                self._write, version, fx.changes, next_deadline, last_now
+            )
         except Exception as exc:
             log.error("lane.commit_failed", lane=self.lane, error=type(exc).__name__)
             self._broken = True

@@ -8,7 +8,7 @@ from typing import Any
 from sortedcontainers import SortedList
 
 from coordinator.constants import ETA_HOLD_SAMPLE_SIZE
-from coordinator.core.commands import (
+from coordinator.engine.commands import (
     Acquire,
     Cooldown,
     Heartbeat,
@@ -16,7 +16,7 @@ from coordinator.core.commands import (
     Release,
     TicketCall,
 )
-from coordinator.core.model import (
+from coordinator.engine.model import (
     Effects,
     Incident,
     IncidentKind,
@@ -168,6 +168,14 @@ class LaneCore:
         """A waiter's call keeps it alive; kept in memory only (never a row per call)."""
         if t.state is TicketState.QUEUED and now > t.last_seen_at:
             t.last_seen_at = now
+            self._set_waiter_deadline(t)
+
+    def restore_keepalive(self, ticket_id: str, last_seen_at: float) -> None:
+        """Set a waiter's keep-alive back (a host that keeps the core between calls takes
+        back a keep-alive it did not persist, as a rebuild from the store would)."""
+        t = self.live.get(ticket_id)
+        if t is not None and t.state is TicketState.QUEUED:
+            t.last_seen_at = last_seen_at
             self._set_waiter_deadline(t)
 
     # ------------------------------------------------------------------ reads

@@ -226,3 +226,5 @@ class LaneSnapshot:
     history_count: int = 0
     incident_count: int = 0
     last_collision: dict[str, Any] | None = None
+    version: int = 0  # the lane's version when it was loaded (engine/store.py)
+    last_now: float | None = None  # the latest `now` a finished transaction ran at

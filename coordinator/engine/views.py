@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any, cast
 
-from coordinator.core.model import Incident, Receipt, Ticket
+from coordinator.engine.model import Incident, Receipt, Ticket
 from coordinator.protocol import replies as wire
+from coordinator.protocol.receipts import stored_payload
 
 
 def _history_fields(t: Ticket) -> dict[str, Any]:
@@ -53,12 +53,9 @@ def outcome_counts(rows: Iterable[wire.HistoryEntry]) -> dict[str, int]:
 
 
 def _payload(r: Receipt) -> dict[str, Any]:
-    """The stored canonical JSON of the payload (always an object: the schema requires one)."""
-    try:
-        payload = json.loads(r.payload_json)
-    except ValueError:
-        return {}
-    return cast("dict[str, Any]", payload) if isinstance(payload, dict) else {}
+    """The stored canonical JSON of the payload; never raises: a row too deep to read back
+    (stored before the nesting bound), not JSON or not an object reads as an `omitted` marker."""
+    return stored_payload(r.payload_json)
 
 
 def _phase(r: Receipt) -> wire.ReceiptPhase:

@@ -1,4 +1,8 @@
-"""SQLite lane store: one file per lane, WAL, synchronous=FULL, numbered migrations."""
+"""SQLite lane store: one file per lane, WAL, synchronous=FULL, numbered migrations.
+
+Implements `coordinator.engine.store.LaneStore`: `begin` is BEGIN IMMEDIATE (serializes
+writers across processes) and reads the `lane_head` row; `finish` writes version + 1,
+next_deadline and last_now there and COMMITs. Hosts never see the connection."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -19,7 +23,7 @@ from coordinator.constants import (
     OPEN_RETRY_SECONDS,
     STORE_BUSY_TIMEOUT_MS,
 )
-from coordinator.core.model import (
+from coordinator.engine.model import (
     Change,
     Incident,
     IncidentKind,
@@ -37,6 +41,7 @@ from coordinator.core.model import (
     Ticket,
     TicketState,
 )
+from coordinator.engine.store import LaneHead
 from coordinator.errors import StoreError
 
 _TICKET_COLUMNS = (
@@ -151,19 +156,31 @@ def _receipt(row: sqlite3.Row) -> Receipt:
 class SqliteLaneStore:
     """All SQL of a lane. Calls are synchronous; the caller serializes them per lane."""
 
-    def __init__(self, path: Path, lane: str, *, max_migration: int | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        lane: str,
+        *,
+        max_migration: int | None = None,
+        busy_timeout_ms: int = STORE_BUSY_TIMEOUT_MS,
+    ) -> None:
         self.path = path
         self.lane = lane
         self._max_migration = max_migration  # tests: stop at an older schema
+        self._busy_timeout_ms = busy_timeout_ms
         self._db: sqlite3.Connection | None = None
 
     # ---------------------------------------------------------------- lifecycle
 
     @property
-    def db(self) -> sqlite3.Connection:
+    def _conn(self) -> sqlite3.Connection:
         if self._db is None:
             raise StoreError("lane store is closed")
         return self._db
+
+    @property
+    def is_open(self) -> bool:
+        return self._db is not None
 
     def open(self) -> None:
         # Several processes opening a new file at once (the client's local queue) can find it
@@ -195,7 +212,7 @@ class SqliteLaneStore:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
         self._db = db  # set first, so a failure below closes it
         db.row_factory = sqlite3.Row
-        db.execute(f"PRAGMA busy_timeout = {STORE_BUSY_TIMEOUT_MS}")
+        db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA synchronous = FULL")
         db.execute("PRAGMA foreign_keys = ON")
@@ -208,7 +225,7 @@ class SqliteLaneStore:
             self._db = None
 
     def _migrate(self) -> None:
-        db = self.db
+        db = self._conn
         db.execute("BEGIN IMMEDIATE")
         try:
             db.execute(
@@ -247,38 +264,66 @@ class SqliteLaneStore:
             raise
 
     def schema_version(self) -> int:
-        row = self.db.execute("SELECT max(version) AS v FROM schema_migrations").fetchone()
+        row = self._conn.execute("SELECT max(version) AS v FROM schema_migrations").fetchone()
         return int(row["v"] or 0)
 
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[None]:
-        """BEGIN IMMEDIATE ... COMMIT: serializes writers across processes (local queue)."""
-        db = self.db
+    # ---------------------------------------------------------------- the lane transaction
+
+    def begin(self) -> LaneHead:
+        db = self._conn
+        if db.in_transaction:
+            raise StoreError(f"lane store for {self.lane}: a transaction is already open")
         try:
             db.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             raise StoreError(f"lane store for {self.lane} is busy") from exc
         try:
-            yield
-            db.execute("COMMIT")
+            return self._head()
         except BaseException:
+            self.abort()
+            raise
+
+    def _head(self) -> LaneHead:
+        rows = self._read("SELECT version, last_now FROM lane_head WHERE id = 1")
+        if not rows:
+            raise StoreError(f"lane store for {self.lane} has no lane_head row")
+        return LaneHead(int(rows[0]["version"]), rows[0]["last_now"])
+
+    def apply(self, changes: Sequence[Change]) -> None:
+        if not self._conn.in_transaction:
+            raise StoreError(f"lane store for {self.lane}: apply outside a transaction")
+        try:
+            self._write(changes)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot write to lane store for {self.lane}") from exc
+
+    def finish(self, next_deadline: float | None, last_now: float) -> int:
+        db = self._conn
+        if not db.in_transaction:
+            raise StoreError(f"lane store for {self.lane}: finish outside a transaction")
+        try:
+            db.execute(
+                "UPDATE lane_head SET version = version + 1, next_deadline = ?, "
+                "last_now = max(coalesce(last_now, ?), ?) WHERE id = 1",
+                (next_deadline, last_now, last_now),
+            )
+            version = int(db.execute("SELECT version FROM lane_head WHERE id = 1").fetchone()[0])
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self.abort()
+            raise StoreError(f"cannot commit to lane store for {self.lane}") from exc
+        return version
+
+    def abort(self) -> None:
+        db = self._db
+        if db is not None and db.in_transaction:
             with contextlib.suppress(sqlite3.Error):
                 db.execute("ROLLBACK")
-            raise
 
     # ---------------------------------------------------------------- writes
 
-    def apply(self, changes: Sequence[Change]) -> None:
-        if not changes:
-            return
-        try:
-            with self.transaction():
-                self.apply_in_transaction(changes)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot commit to lane store for {self.lane}") from exc
-
-    def apply_in_transaction(self, changes: Sequence[Change]) -> None:
-        db = self.db
+    def _write(self, changes: Sequence[Change]) -> None:
+        db = self._conn
         for ch in _coalesce(changes):
             if isinstance(ch, PutTicket):
                 t = ch.ticket
@@ -382,11 +427,25 @@ class SqliteLaneStore:
 
     def _read(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
         try:
-            return self.db.execute(sql, args).fetchall()
+            return self._conn.execute(sql, args).fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read lane store for {self.lane}") from exc
 
-    def load(self, lane: str) -> LaneSnapshot:
+    def load(self) -> LaneSnapshot:
+        db = self._conn
+        if db.in_transaction:
+            return self._load()
+        try:  # one read transaction: every table from the same commit
+            db.execute("BEGIN")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read lane store for {self.lane}") from exc
+        try:
+            return self._load()
+        finally:
+            self.abort()
+
+    def _load(self) -> LaneSnapshot:
+        lane = self.lane
         snap = LaneSnapshot()
         snap.live = [
             _ticket(r, lane)
@@ -429,6 +488,8 @@ class SqliteLaneStore:
         )
         if coll:
             snap.last_collision = json.loads(coll[0]["detail"])
+        head = self._head()
+        snap.version, snap.last_now = head.version, head.last_now
         return snap
 
     def get_ticket(self, ticket_id: str) -> Ticket | None:
@@ -499,7 +560,7 @@ class SqliteLaneStore:
             make_private_file(dest)
             target = sqlite3.connect(dest)
             try:
-                self.db.backup(target)
+                self._conn.backup(target)
             finally:
                 target.close()
         except (sqlite3.Error, OSError) as exc:

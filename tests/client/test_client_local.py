@@ -114,6 +114,47 @@ async def test_local_lease_expiry_and_waiter_abandon(tmp_path: Path) -> None:
         await b.close()
 
 
+async def test_local_lane_clock_never_runs_back(tmp_path: Path) -> None:
+    clock = FakeClock()
+    t0 = clock.now
+    a = q(tmp_path, clock=clock)
+    b = q(tmp_path, "m2", "c2", clock=clock)
+    try:
+        await a.acquire(LANE, "p", "1", "h")
+        clock.now = t0 - 100  # this computer's clock stepped back
+        assert (await a.status(LANE)).now == t0
+        second = await a.acquire(LANE, "p", "2", "h")
+        assert second.ticket.enqueued_at == t0
+        # Another process, with no core of its own yet, reads the lane's last `now`.
+        assert (await b.status(LANE)).now == t0
+        clock.now = t0 + 5
+        assert (await b.status(LANE)).now == t0 + 5
+    finally:
+        await a.close()
+        await b.close()
+
+
+@pytest.mark.parametrize("reuse", [True, False], ids=["kept-core", "reloaded-core"])
+async def test_local_unwritten_keepalive_is_not_kept(tmp_path: Path, reuse: bool) -> None:
+    """A keep-alive the keep-alive rule does not write (less than KEEPALIVE_PERSIST_SECONDS
+    after the written one) does not keep a waiter alive, whether the queue keeps its core
+    between calls or rebuilds it from the file."""
+    clock = FakeClock()
+    a = q(tmp_path, clock=clock)
+    a.reuse_core = reuse
+    try:
+        await a.acquire(LANE, "p", "1", "h", lease_seconds=3600)
+        waiter = await a.acquire(LANE, "p", "2", "h")
+        clock.now += 5
+        assert (await a.heartbeat(LANE, waiter.ticket_id)).reason == "not-held"
+        clock.now += 596  # 601 s after the written keep-alive (the enqueue)
+        assert (await a.status(LANE)).queued == []
+        hist = {e.ticket_id: e.outcome for e in (await a.history(LANE)).entries}
+        assert hist == {waiter.ticket_id: "abandoned"}
+    finally:
+        await a.close()
+
+
 async def test_local_cooldown_pauses_promotion(tmp_path: Path) -> None:
     clock = FakeClock()
     a, b = q(tmp_path, clock=clock), q(tmp_path, "m2", "c2", clock=clock)

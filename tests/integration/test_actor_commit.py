@@ -4,7 +4,8 @@ A store whose commits can be held open or made to fail shows: replies leave only
 their own group's COMMIT; jobs that arrive while a commit is in flight are executed into
 the next group and committed together; a failed commit answers 503 to every job that
 built on it and the lane is rebuilt from its file, which still holds every acknowledged
-change and nothing else.
+change and nothing else. A commit that finds the lane's version moved on (another writer)
+fails the same way and reloads; the lane's clock never runs back, across a restart too.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from coordinator.actor.lane_actor import Ctx, LaneActor
+from coordinator.actor.lane_actor import Ctx, LaneActor, operation_job
 from coordinator.clock import ManualClock
-from coordinator.core.commands import Acquire, Release, TicketCall
-from coordinator.core.model import Change, LaneSettings
+from coordinator.constants import STATUS_QUEUED_LIMIT
+from coordinator.engine.commands import Acquire, Release, TicketCall
+from coordinator.engine.model import Change, LaneSettings
+from coordinator.engine.operations import StatusOp
 from coordinator.errors import StoreError, Unavailable
 from coordinator.store.sqlite import SqliteLaneStore
 
@@ -192,3 +195,62 @@ async def test_read_commits_pending_first(actor: tuple[LaneActor, GatedStore]) -
     # The second release read the ended ticket from the file: it saw the first's commit.
     assert out[1]["released"] is False and out[1]["reason"] == "already-done"
     assert on_disk(store.path)[tid] == "done"
+
+
+class RewindableClock(ManualClock):
+    """A ManualClock that can also step back (an NTP step, another replica's clock)."""
+
+    def rewind(self, seconds: float) -> None:
+        self._now -= seconds
+
+
+async def test_stale_version_fails_the_group_and_reloads(
+    actor: tuple[LaneActor, GatedStore],
+) -> None:
+    a, store = actor
+    kept = await a.submit(acquire(1))
+    assert kept["ticket"]["state"] == "held"
+    # Another writer commits behind the actor's back: the file is now a version ahead.
+    db = sqlite3.connect(store.path)
+    try:
+        db.execute("UPDATE lane_head SET version = version + 1")
+        db.execute("UPDATE tickets SET state = 'done', outcome = 'completed', ended_at = 1")
+        db.commit()
+    finally:
+        db.close()
+    with pytest.raises(Unavailable):
+        await a.submit(acquire(2))  # its group's commit finds the version moved: 503
+    assert on_disk(store.path) == {"t_0001": "done"}
+    # Reloaded from the file: the other writer's change is seen, and commits work again.
+    again = await a.submit(acquire(2))
+    assert again["ticket"]["state"] == "held" and again["duplicate"] is False
+    assert a.core is not None and set(a.core.live) == {"t_0002"}
+    assert on_disk(store.path) == {"t_0001": "done", "t_0002": "held"}
+
+
+async def test_lane_clock_never_runs_back(tmp_path: Path) -> None:
+    clock = RewindableClock()
+    t0 = clock.now()
+    executor = ThreadPoolExecutor(2)
+    path = tmp_path / "solo+main.sqlite"
+    status = operation_job(StatusOp(STATUS_QUEUED_LIMIT))
+    try:
+        a = LaneActor(LANE, settings(), SqliteLaneStore(path, LANE), executor, clock)
+        await a.start()
+        await a.submit(acquire(1))
+        clock.rewind(100)
+        assert (await a.submit(status)).now == t0
+        second = await a.submit(acquire(2))
+        assert second["ticket"]["enqueuedAt"] == t0  # not 100 s before the first
+        await a.stop()
+        # A restart (or a replica) whose clock is behind starts from the lane's last `now`.
+        b = LaneActor(LANE, settings(), SqliteLaneStore(path, LANE), executor, clock)
+        await b.start()
+        try:
+            assert (await b.submit(status)).now == t0
+            clock.set(t0 + 5)
+            assert (await b.submit(status)).now == t0 + 5
+        finally:
+            await b.stop()
+    finally:
+        executor.shutdown()

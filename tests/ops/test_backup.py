@@ -57,7 +57,7 @@ def tickets_in(path: Path, lane: str) -> set[str]:
     store = SqliteLaneStore(path, lane)
     store.open()
     try:
-        snap = store.load(lane)
+        snap = store.load()
         ended = store.history(5000, None)
     finally:
         store.close()

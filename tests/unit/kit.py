@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from coordinator.core.commands import (
+from coordinator.engine.commands import (
     Acquire,
     Cooldown,
     Heartbeat,
@@ -20,8 +20,8 @@ from coordinator.core.commands import (
     Release,
     TicketCall,
 )
-from coordinator.core.lane import LaneCore
-from coordinator.core.model import (
+from coordinator.engine.lane import LaneCore
+from coordinator.engine.model import (
     Change,
     Effects,
     LaneSettings,

@@ -23,8 +23,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from coordinator.core.lane import LaneCore
-from coordinator.core.model import LaneSnapshot, TicketState
+from coordinator.engine.lane import LaneCore
+from coordinator.engine.model import LaneSnapshot, TicketState
 from coordinator.errors import NotOwner, TicketNotHeld
 
 from .kit import LANE, Harness, as_wire

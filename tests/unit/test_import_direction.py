@@ -6,8 +6,12 @@ client that talks HTTP loads no server code.
   import themselves (msgspec loads typing_extensions) — plus the `coordinator` package's own
   `__init__`, which must stay trivial.
 - `client.api` (and `client.models`, `client.errors`) load no server module: no
-  coordinator.http / actor / service / store / core / config, no aiohttp.web, and of the
+  coordinator.http / actor / service / store / engine / config, no aiohttp.web, and of the
   `coordinator` package nothing but `coordinator.protocol`.
+- `coordinator.engine` (the lane core, the operations, the store protocol) imports no host:
+  no coordinator.actor / service / http / store, no client, no aiohttp.
+- `client.local` runs the engine on a SQLite store and loads no server host: no
+  coordinator.actor / service / http, no aiohttp.web.
 
 Each import runs in a fresh interpreter, so what another test imported cannot hide a leak.
 """
@@ -32,12 +36,32 @@ PROTOCOL_MODULES = (
 )
 PROTOCOL_THIRD_PARTY = frozenset({"msgspec", "rfc8785"})
 CLIENT_MODULES = ("client.api", "client.models", "client.errors")
+ENGINE_MODULES = (
+    "coordinator.engine",
+    "coordinator.engine.commands",
+    "coordinator.engine.lane",
+    "coordinator.engine.model",
+    "coordinator.engine.operations",
+    "coordinator.engine.receipts",
+    "coordinator.engine.store",
+    "coordinator.engine.unenforced",
+    "coordinator.engine.views",
+)
+ENGINE_FORBIDDEN = (
+    "coordinator.actor",
+    "coordinator.service",
+    "coordinator.http",
+    "coordinator.store",
+    "client",
+    "aiohttp",
+)
+LOCAL_FORBIDDEN = ("coordinator.actor", "coordinator.service", "coordinator.http", "aiohttp.web")
 SERVER_SIDE = (
     "coordinator.http",
     "coordinator.actor",
     "coordinator.service",
     "coordinator.store",
-    "coordinator.core",
+    "coordinator.engine",
     "coordinator.config",
     "aiohttp.web",
 )
@@ -95,3 +119,32 @@ def test_client_loads_no_server_code(module: str) -> None:
     coordinator = [n for n in loaded if n.split(".", 1)[0] == "coordinator"]
     beyond = [n for n in coordinator if n != "coordinator" and n.split(".")[1] != "protocol"]
     assert beyond == [], f"import {module} loads {beyond} (only coordinator.protocol allowed)"
+
+
+def _under(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+@pytest.mark.parametrize("module", ENGINE_MODULES)
+def test_engine_imports_no_host(module: str) -> None:
+    loaded = loaded_by(module)
+    hosts = [n for n in loaded if _under(n, ENGINE_FORBIDDEN)]
+    assert hosts == [], f"import {module} loads {hosts}"
+
+
+def test_engine_module_list_is_complete() -> None:
+    import pkgutil
+
+    import coordinator.engine
+
+    found = {
+        f"coordinator.engine.{m.name}" for m in pkgutil.iter_modules(coordinator.engine.__path__)
+    }
+    assert found | {"coordinator.engine"} == set(ENGINE_MODULES)
+
+
+def test_local_queue_loads_no_server_host() -> None:
+    loaded = loaded_by("client.local")
+    assert "coordinator.engine.operations" in loaded
+    hosts = [n for n in loaded if _under(n, LOCAL_FORBIDDEN)]
+    assert hosts == [], f"import client.local loads {hosts}"

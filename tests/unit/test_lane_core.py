@@ -1,12 +1,12 @@
-"""LaneCore (coordinator/core/lane.py) driven directly with explicit `now` values."""
+"""LaneCore (coordinator/engine/lane.py) driven directly with explicit `now` values."""
 
 from __future__ import annotations
 
 import pytest
 
-from coordinator.core.commands import Heartbeat, Release
-from coordinator.core.lane import LaneCore, is_owner
-from coordinator.core.model import (
+from coordinator.engine.commands import Heartbeat, Release
+from coordinator.engine.lane import LaneCore, is_owner
+from coordinator.engine.model import (
     IncidentKind,
     LaneSnapshot,
     Outcome,

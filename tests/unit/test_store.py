@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from coordinator.core.lane import LaneCore
-from coordinator.core.model import (
+from coordinator.engine.lane import LaneCore
+from coordinator.engine.model import (
     Change,
     Incident,
     LaneSnapshot,
@@ -126,6 +127,28 @@ def store(path: Path) -> Iterator[SqliteLaneStore]:
     s.close()
 
 
+def write(s: SqliteLaneStore, changes: Sequence[Change], *, last_now: float = T0) -> int:
+    """One lane transaction of its own (begin / apply / finish): all the changes or none."""
+    s.begin()
+    try:
+        s.apply(changes)
+    except BaseException:
+        s.abort()
+        raise
+    return s.finish(None, last_now)
+
+
+@contextlib.contextmanager
+def raw(path: Path) -> Iterator[sqlite3.Connection]:
+    """A plain connection to a lane file (hosts never see the store's own)."""
+    db = sqlite3.connect(path)
+    db.row_factory = sqlite3.Row
+    try:
+        yield db
+    finally:
+        db.close()
+
+
 def reopen(s: SqliteLaneStore) -> SqliteLaneStore:
     s.close()
     again = SqliteLaneStore(s.path, LANE)
@@ -137,7 +160,7 @@ def reopen(s: SqliteLaneStore) -> SqliteLaneStore:
 
 
 def test_empty_store_loads_empty_snapshot(store: SqliteLaneStore) -> None:
-    snap = store.load(LANE)
+    snap = store.load()
     assert snap == LaneSnapshot()
     assert store.history(100, None) == [] and store.history_count() == 0
     assert store.recent_receipts(50) == [] and store.incidents(10) == []
@@ -152,12 +175,12 @@ def test_ticket_round_trip_every_field(store: SqliteLaneStore) -> None:
     done.provider_job_id = "job-7"
     done.note = "a note"
     queued = ticket("t_3", 3, project="q", scene="sc", prompt="ph", machine="mB", claim="cB")
-    store.apply([PutTicket(held), PutTicket(done), PutTicket(queued)])
+    write(store, [PutTicket(held), PutTicket(done), PutTicket(queued)])
     store = reopen(store)
     try:
         for t in (held, done, queued):
             assert store.get_ticket(t.ticket_id) == t
-        snap = store.load(LANE)
+        snap = store.load()
         assert snap.live == [held, queued]  # live only, in seq order
         assert snap.history_count == 1
     finally:
@@ -166,36 +189,37 @@ def test_ticket_round_trip_every_field(store: SqliteLaneStore) -> None:
 
 def test_ticket_upsert_updates_state(store: SqliteLaneStore) -> None:
     t = ticket("t_1", 1)
-    store.apply([PutTicket(t)])
+    write(store, [PutTicket(t)])
     t.state = TicketState.HELD
     t.held_at, t.lease_expires_at, t.fence = T0 + 3, T0 + 63, 1
-    store.apply([PutTicket(t)])
+    write(store, [PutTicket(t)])
     t.state, t.outcome, t.ended_at = TicketState.EXPIRED, "expired", T0 + 63
-    store.apply([PutTicket(t)])
+    write(store, [PutTicket(t)])
     assert store.get_ticket("t_1") == t
-    assert store.load(LANE).live == []
+    assert store.load().live == []
 
 
 def test_counters_projects_pause_round_trip(store: SqliteLaneStore) -> None:
     pause = Pause("provider-human-check", T0, T0 + 900, "mA", None, "t_1")
-    store.apply(
+    write(
+        store,
         [
             PutCounters(last_fence=7, next_seq=12),
             PutProjectServed("A", 3, T0),
             PutProjectServed("B", 7, T0 + 1),
             PutProjectServed("A", 5, T0 + 2),  # later grant wins
             PutPause(pause),
-        ]
+        ],
     )
     store = reopen(store)
     try:
-        snap = store.load(LANE)
+        snap = store.load()
         assert (snap.last_fence, snap.next_seq) == (7, 12)
         assert snap.project_served == {"A": 5, "B": 7}
         assert snap.pause == pause
-        store.apply([PutCounters(8, 13)])
-        store.apply([PutPause(None)])
-        snap = store.load(LANE)
+        write(store, [PutCounters(8, 13)])
+        write(store, [PutPause(None)])
+        snap = store.load()
         assert (snap.last_fence, snap.next_seq) == (8, 13)
         assert snap.pause is None
     finally:
@@ -206,7 +230,7 @@ def test_receipts_round_trip(store: SqliteLaneStore) -> None:
     r1 = receipt("t_1", "lease-acquired", T0)
     r2 = receipt("t_1", "provider-submitted", T0 + 5, verified=False)
     r3 = receipt("t_2", "lease-acquired", T0 + 3)
-    store.apply([PutReceipt(r1), PutReceipt(r2), PutReceipt(r3)])
+    write(store, [PutReceipt(r1), PutReceipt(r2), PutReceipt(r3)])
     store = reopen(store)
     try:
         assert store.get_receipt(r2.receipt_id) == r2
@@ -220,9 +244,9 @@ def test_receipts_round_trip(store: SqliteLaneStore) -> None:
 
 def test_receipt_is_never_overwritten(store: SqliteLaneStore) -> None:
     r = receipt("t_1")
-    store.apply([PutReceipt(r)])
+    write(store, [PutReceipt(r)])
     with pytest.raises(StoreError):
-        store.apply([PutReceipt(r)])
+        write(store, [PutReceipt(r)])
     assert store.recent_receipts(50) == [r]
 
 
@@ -230,13 +254,13 @@ def test_incidents_round_trip_and_last_collision(store: SqliteLaneStore) -> None
     i1 = Incident("lease-expired", T0, "t_1", "mA", {"fence": 1})
     i2 = Incident("duplicate-collision", T0 + 1, "t_2", "mB", {"ticketId": "t_2", "n": [1]})
     i3 = Incident("provider-cooldown-started", T0 + 2, None, None, {})
-    store.apply([PutIncident(i1), PutIncident(i2), PutIncident(i3)])
+    write(store, [PutIncident(i1), PutIncident(i2), PutIncident(i3)])
     rows = store.incidents(10)
     assert [i for _, i in rows] == [i3, i2, i1]  # newest first
     ids = [n for n, _ in rows]
     assert ids == sorted(ids, reverse=True)
     assert [i for _, i in store.incidents(1)] == [i3]
-    snap = store.load(LANE)
+    snap = store.load()
     assert snap.incident_count == 3
     assert snap.last_collision == {"ticketId": "t_2", "n": [1]}
 
@@ -247,8 +271,8 @@ def test_recent_holds_in_snapshot(store: SqliteLaneStore) -> None:
         held_at = T0 + 100 * i
         changes.append(PutTicket(ended(f"t_{i}", i + 1, held_at + i + 1, held_at=held_at)))
     changes.append(PutTicket(ended("t_q", 99, T0 + 9999)))  # never held: no hold sample
-    store.apply(changes)
-    snap = store.load(LANE)
+    write(store, changes)
+    snap = store.load()
     # The 20 most recent holds, oldest first.
     assert snap.recent_holds == [float(i + 1) for i in range(5, 25)]
     assert snap.history_count == 26
@@ -267,10 +291,10 @@ def test_core_round_trip_through_store(store: SqliteLaneStore) -> None:
     h.receipt(sorted(h.held())[0])
     h.acquire("A", "dup", machine="mA")
     h.acquire("A", "dup", machine="mB", claim="cB")  # collision
-    store.apply(h.changes)
+    write(store, h.changes)
     store = reopen(store)
     try:
-        snap = store.load(LANE)
+        snap = store.load()
         core = LaneCore(LANE, make_settings(2, lease=60.0), snap, h.now)
         assert set(core.held) == h.held()
         assert [t.ticket_id for t in core.promotion_order(100)] == h.order()
@@ -289,7 +313,7 @@ def test_core_round_trip_through_store(store: SqliteLaneStore) -> None:
 
 def test_failed_transaction_leaves_nothing(store: SqliteLaneStore) -> None:
     r = receipt("t_0")
-    store.apply([PutReceipt(r)])
+    write(store, [PutReceipt(r)])
     batch: list[Change] = [
         PutTicket(ticket("t_1", 1)),
         PutCounters(5, 6),
@@ -300,37 +324,38 @@ def test_failed_transaction_leaves_nothing(store: SqliteLaneStore) -> None:
         PutReceipt(r),  # duplicate primary key: the whole batch must fail
     ]
     with pytest.raises(StoreError) as exc:
-        store.apply(batch)
+        write(store, batch)
     assert "UNIQUE" not in exc.value.message  # never the driver's text
-    snap = store.load(LANE)
-    assert snap == LaneSnapshot()
+    snap = store.load()
+    assert snap == LaneSnapshot(version=1, last_now=T0)  # only the receipt's transaction
     assert store.get_ticket("t_1") is None
     assert store.recent_receipts(50) == [r]
     assert store.incidents(10) == []
     # The store still works after the failed commit.
-    store.apply([PutTicket(ticket("t_1", 1))])
+    write(store, [PutTicket(ticket("t_1", 1))])
     assert store.get_ticket("t_1") is not None
 
 
 def test_constraint_one_live_ticket_per_identity(store: SqliteLaneStore) -> None:
-    store.apply([PutTicket(ticket("t_1", 1, scene="s"))])
+    write(store, [PutTicket(ticket("t_1", 1, scene="s"))])
     with pytest.raises(StoreError):
-        store.apply([PutTicket(ticket("t_2", 2, scene="s"))])
+        write(store, [PutTicket(ticket("t_2", 2, scene="s"))])
     # Once the first one ended, the identity is free again.
-    store.apply(
-        [PutTicket(ended("t_1", 1, T0 + 5, scene="s")), PutTicket(ticket("t_2", 2, scene="s"))]
+    write(
+        store,
+        [PutTicket(ended("t_1", 1, T0 + 5, scene="s")), PutTicket(ticket("t_2", 2, scene="s"))],
     )
-    assert [t.ticket_id for t in store.load(LANE).live] == ["t_2"]
+    assert [t.ticket_id for t in store.load().live] == ["t_2"]
 
 
 def test_closed_store_raises_store_error(path: Path) -> None:
     s = SqliteLaneStore(path, LANE)
     with pytest.raises(StoreError):
-        s.load(LANE)
+        s.load()
     s.open()
     s.close()
     with pytest.raises(StoreError):
-        s.apply([PutCounters(1, 2)])
+        write(s, [PutCounters(1, 2)])
 
 
 def test_unopenable_path_is_store_error(tmp_path: Path) -> None:
@@ -339,7 +364,7 @@ def test_unopenable_path_is_store_error(tmp_path: Path) -> None:
         s.open()
     assert LANE in exc.value.message
     with pytest.raises(StoreError):
-        _ = s.db
+        s.load()
 
 
 # ---------------------------------------------------------------- migrations
@@ -348,26 +373,29 @@ def test_unopenable_path_is_store_error(tmp_path: Path) -> None:
 def test_migrations_recorded(store: SqliteLaneStore) -> None:
     shipped = migrations()
     assert [v for v, _, _ in shipped] == list(range(1, len(shipped) + 1))
-    rows = store.db.execute(
-        "SELECT version, name, sha256, applied_at FROM schema_migrations ORDER BY version"
-    ).fetchall()
+    with raw(store.path) as db:
+        rows = db.execute(
+            "SELECT version, name, sha256, applied_at FROM schema_migrations ORDER BY version"
+        ).fetchall()
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
     assert [(r["version"], r["name"]) for r in rows] == [(v, n) for v, n, _ in shipped]
     for r, (_, _, sql) in zip(rows, shipped, strict=True):
         assert r["sha256"] == hashlib.sha256(sql.encode()).hexdigest()
         assert r["applied_at"]
     assert store.schema_version() == shipped[-1][0]
-    meta = dict(store.db.execute("SELECT key, value FROM meta").fetchall())
     assert meta["lane"] == LANE
 
 
 def test_reopen_applies_nothing_twice(path: Path) -> None:
     s = SqliteLaneStore(path, LANE)
     s.open()
-    s.apply([PutTicket(ticket("t_1", 1))])
-    before = s.db.execute("SELECT * FROM schema_migrations ORDER BY version").fetchall()
+    write(s, [PutTicket(ticket("t_1", 1))])
+    with raw(path) as db:
+        before = db.execute("SELECT * FROM schema_migrations ORDER BY version").fetchall()
     s = reopen(s)
     try:
-        after = s.db.execute("SELECT * FROM schema_migrations ORDER BY version").fetchall()
+        with raw(path) as db:
+            after = db.execute("SELECT * FROM schema_migrations ORDER BY version").fetchall()
         assert [tuple(r) for r in after] == [tuple(r) for r in before]
         assert s.get_ticket("t_1") is not None
     finally:
@@ -378,14 +406,24 @@ def test_upgrade_path_old_receipts_read_null_verdict(path: Path) -> None:
     old = SqliteLaneStore(path, LANE, max_migration=1)
     old.open()
     assert old.schema_version() == 1
-    cols = [r["name"] for r in old.db.execute("PRAGMA table_info(receipts)")]
-    assert "content_hash_verified" not in cols
-    old.db.execute(
-        "INSERT INTO receipts (receipt_id, ticket_id, phase, machine_id, payload, content_hash, "
-        "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        ("t_1:lease-acquired:aaaaaaaaaaaaaaaa", "t_1", "lease-acquired", "mA", "{}", HASH_A, T0),
-    )
     old.close()
+    with raw(path) as db:
+        cols = [r["name"] for r in db.execute("PRAGMA table_info(receipts)")]
+        assert "content_hash_verified" not in cols
+        db.execute(
+            "INSERT INTO receipts (receipt_id, ticket_id, phase, machine_id, payload, "
+            "content_hash, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                "t_1:lease-acquired:aaaaaaaaaaaaaaaa",
+                "t_1",
+                "lease-acquired",
+                "mA",
+                "{}",
+                HASH_A,
+                T0,
+            ),
+        )
+        db.commit()
 
     new = SqliteLaneStore(path, LANE)
     new.open()
@@ -396,7 +434,7 @@ def test_upgrade_path_old_receipts_read_null_verdict(path: Path) -> None:
         assert r.content_hash_verified is None
         assert new.get_receipt(r.receipt_id) == r
         # New rows carry a verdict.
-        new.apply([PutReceipt(receipt("t_2", verified=False, at=T0 + 1))])
+        write(new, [PutReceipt(receipt("t_2", verified=False, at=T0 + 1))])
         assert [x.content_hash_verified for x in new.recent_receipts(50)] == [False, None]
     finally:
         new.close()
@@ -405,31 +443,120 @@ def test_upgrade_path_old_receipts_read_null_verdict(path: Path) -> None:
 def test_edited_applied_migration_is_refused(path: Path) -> None:
     s = SqliteLaneStore(path, LANE)
     s.open()
-    s.db.execute("UPDATE schema_migrations SET sha256 = ? WHERE version = 1", ("0" * 64,))
     s.close()
+    with raw(path) as db:
+        db.execute("UPDATE schema_migrations SET sha256 = ? WHERE version = 1", ("0" * 64,))
+        db.commit()
     again = SqliteLaneStore(path, LANE)
     with pytest.raises(StoreError) as exc:
         again.open()
     assert "0001" in exc.value.message and "edited" in exc.value.message
     # A refused open leaves the store closed, not half-open.
     with pytest.raises(StoreError):
-        _ = again.db
+        again.load()
     again.close()
     # Nothing was changed by the refused open.
-    raw = sqlite3.connect(path)
-    try:
-        assert raw.execute("SELECT sha256 FROM schema_migrations WHERE version = 1").fetchone() == (
-            "0" * 64,
+    with raw(path) as db:
+        row = db.execute("SELECT sha256 FROM schema_migrations WHERE version = 1").fetchone()
+        assert tuple(row) == ("0" * 64,)
+
+
+def test_upgrade_from_0002_adds_the_lane_head(path: Path) -> None:
+    """A 0002 file with a live lane gains `lane_head` (version 0, no deadline, no last_now);
+    its state loads unchanged, and the first finish makes it version 1."""
+    old = SqliteLaneStore(path, LANE, max_migration=2)
+    old.open()
+    assert old.schema_version() == 2
+    old.close()
+    with raw(path) as db:
+        assert "lane_head" not in {
+            r["name"] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        db.execute(
+            "INSERT INTO tickets (ticket_id, seq, state, machine_id, project, scene, prompt_hash, "
+            "enqueued_at, lease_seconds, last_seen_at) VALUES "
+            "('t_1', 1, 'queued', 'mA', 'p', 's1', 'h', ?, 60, ?)",
+            (T0, T0),
         )
+        db.execute("INSERT INTO meta (key, value) VALUES ('next_seq', '2')")
+        db.commit()
+
+    new = SqliteLaneStore(path, LANE)
+    new.open()
+    try:
+        assert new.schema_version() == 3
+        snap = new.load()
+        assert [t.ticket_id for t in snap.live] == ["t_1"] and snap.next_seq == 2
+        assert (snap.version, snap.last_now) == (0, None)
+        head = new.begin()
+        assert (head.version, head.last_now) == (0, None)
+        new.apply([PutCounters(0, 3)])
+        assert new.finish(T0 + 600, T0 + 1) == 1
+        with raw(path) as db:
+            row = db.execute("SELECT version, next_deadline, last_now FROM lane_head").fetchone()
+        assert tuple(row) == (1, T0 + 600, T0 + 1)
     finally:
-        raw.close()
+        new.close()
+
+
+# ---------------------------------------------------------------- the lane transaction
+
+
+def test_finish_adds_one_to_the_version_and_keeps_the_latest_now(store: SqliteLaneStore) -> None:
+    assert store.begin().version == 0
+    assert store.finish(None, T0 + 5) == 1
+    assert write(store, [PutCounters(0, 2)], last_now=T0 + 2) == 2  # an earlier now
+    head = store.begin()
+    assert (head.version, head.last_now) == (2, T0 + 5)  # last_now never runs back
+    store.abort()
+    snap = store.load()
+    assert (snap.version, snap.last_now, snap.next_seq) == (2, T0 + 5, 2)
+
+
+def test_abort_keeps_nothing_and_no_new_version(store: SqliteLaneStore) -> None:
+    store.begin()
+    store.apply([PutTicket(ticket("t_1", 1))])
+    store.abort()
+    assert store.get_ticket("t_1") is None
+    assert store.begin().version == 0
+    store.abort()
+
+
+def test_apply_and_finish_need_a_transaction(store: SqliteLaneStore) -> None:
+    with pytest.raises(StoreError):
+        store.apply([PutCounters(1, 2)])
+    with pytest.raises(StoreError):
+        store.finish(None, T0)
+    store.begin()
+    with pytest.raises(StoreError):
+        store.begin()  # one transaction at a time
+    store.abort()
+
+
+def test_begin_locks_the_lane_against_another_writer(path: Path) -> None:
+    a = SqliteLaneStore(path, LANE)
+    b = SqliteLaneStore(path, LANE, busy_timeout_ms=50)
+    a.open()
+    b.open()
+    try:
+        a.begin()
+        with pytest.raises(StoreError) as exc:
+            b.begin()
+        assert "busy" in exc.value.message
+        a.apply([PutCounters(0, 2)])
+        assert a.finish(None, T0) == 1
+        assert b.begin().version == 1  # the other writer sees the new version
+        b.abort()
+    finally:
+        a.close()
+        b.close()
 
 
 # ---------------------------------------------------------------- history and retention
 
 
 def test_history_newest_first_and_project_filter(store: SqliteLaneStore) -> None:
-    store.apply(
+    write(store,
         [
             PutTicket(ended("t_1", 1, T0 + 10, project="A")),
             PutTicket(ended("t_2", 2, T0 + 30, project="B")),
@@ -455,8 +582,8 @@ def test_prune_history_keeps_newest_and_their_receipts(store: SqliteLaneStore) -
         changes.append(PutReceipt(receipt(f"t_{i}", at=T0 + 10 * i)))
     live = ticket("t_live", 50)
     changes += [PutTicket(live), PutReceipt(receipt("t_live", at=T0 + 500))]
-    store.apply(changes)
-    store.apply([PruneHistory(keep=3, excess=3)])
+    write(store, changes)
+    write(store, [PruneHistory(keep=3, excess=3)])
     assert [t.ticket_id for t in store.history(100, None)] == ["t_6", "t_5", "t_4"]
     assert store.history_count() == 3
     for i in (1, 2, 3):
@@ -475,7 +602,7 @@ def test_prune_history_from_core_keeps_retention(store: SqliteLaneStore) -> None
         tid = h.tid(f"p{i % 3}")
         h.receipt(tid)
         h.later(1).release(tid)
-    store.apply(h.changes)
+    write(store, h.changes)
     rows = store.history(100, None)
     assert len(rows) == 4 and store.history_count() == 4
     kept = [t.ticket_id for t in rows]
@@ -486,23 +613,24 @@ def test_prune_history_from_core_keeps_retention(store: SqliteLaneStore) -> None
 
 
 def test_prune_incidents_keeps_newest(store: SqliteLaneStore) -> None:
-    store.apply(
-        [PutIncident(Incident("lease-expired", T0 + i, None, None, {"i": i})) for i in range(6)]
+    write(
+        store,
+        [PutIncident(Incident("lease-expired", T0 + i, None, None, {"i": i})) for i in range(6)],
     )
-    store.apply([PruneIncidents(keep=2, excess=4)])
+    write(store, [PruneIncidents(keep=2, excess=4)])
     assert [i.detail["i"] for _, i in store.incidents(10)] == [5, 4]
-    assert store.load(LANE).incident_count == 2
+    assert store.load().incident_count == 2
 
 
 def test_backup_is_a_consistent_copy(store: SqliteLaneStore, tmp_path: Path) -> None:
-    store.apply([PutTicket(ticket("t_1", 1)), PutCounters(0, 2)])
+    write(store, [PutTicket(ticket("t_1", 1)), PutCounters(0, 2)])
     dest = tmp_path / "backup.sqlite"
     store.backup_to(dest)
     copy = SqliteLaneStore(dest, LANE)
     copy.open()
     try:
         assert copy.get_ticket("t_1") == store.get_ticket("t_1")
-        assert copy.load(LANE).next_seq == 2
+        assert copy.load().next_seq == 2
     finally:
         copy.close()
 
