@@ -32,7 +32,7 @@ test: test-core test-ui
 
 test-core: setup
 	@sh scripts/ensure-postgres.sh
-	$(BIN)/pytest -q tests/unit tests/contract tests/integration tests/acceptance tests/ops tests/client tests/drill tests/driver
+	$(BIN)/pytest -q tests/unit tests/contract tests/store_pg tests/integration tests/acceptance tests/ops tests/client tests/drill tests/driver
 
 test-ui: setup
 	@sh scripts/ensure-chromium.sh

@@ -1,0 +1,409 @@
+"""PostgreSQL lane store: every lane in one database, `lane` in every key.
+
+Implements `coordinator.engine.store.LaneStore` exactly as `SqliteLaneStore` does, so that
+several replicas can serve the same lanes from one database:
+
+- `begin` is `BEGIN` and `SELECT version, last_now FROM lanes WHERE lane = $1 FOR UPDATE`
+  (the lane's row is created first when missing, race-safe: `INSERT ... ON CONFLICT DO
+  NOTHING`, then the locking SELECT). A second writer of the same lane, in this process or in
+  another replica, waits in its `begin` until the first one commits or rolls back, then reads
+  the bumped version (its cached core is stale: it calls `load`).
+- `apply` writes each change (upserts, prunes by exact excess, counters, pause, project served)
+  in one pipelined round trip; `finish` writes version + 1, next_deadline and
+  last_now = GREATEST(last_now, $now), then COMMITs (synchronous_commit=on, checked on connect).
+- Reads run inside or outside a transaction; `load` outside one is a REPEATABLE READ snapshot.
+
+One connection per store (opened lazily, opened again after a lost connection). The schema
+comes from numbered migrations in `pg_migrations/`, each recorded with its sha256 in
+`schema_migrations`; `migrate(dsn)` applies them (under an advisory lock, so replicas starting
+together take turns), `open()` only checks that the database is current. Messages and logs
+never carry the DSN's password (`redact_dsn`). The database side (connections, migrations,
+queries over every lane) is in postgres_db.py, the writes in postgres_writes.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg.rows import DictRow
+
+from coordinator.constants import ETA_HOLD_SAMPLE_SIZE, STORE_BUSY_TIMEOUT_MS
+from coordinator.engine.model import (
+    Change,
+    Incident,
+    IncidentKind,
+    LaneSnapshot,
+    Pause,
+    Receipt,
+    Ticket,
+    TicketState,
+)
+from coordinator.engine.store import LaneHead
+from coordinator.errors import StoreError
+from coordinator.store.postgres_db import (
+    Conn,
+    connect,
+    known_lanes,
+    lanes_due,
+    migrate,
+    migrations,
+    redact_dsn,
+    schema_status,
+)
+from coordinator.store.postgres_writes import ENDED, RECEIPT_COLUMNS, TICKET_COLUMNS, write_changes
+
+__all__ = [
+    "Conn",
+    "PostgresLaneStore",
+    "connect",
+    "known_lanes",
+    "lanes_due",
+    "migrate",
+    "migrations",
+    "redact_dsn",
+    "schema_status",
+]
+
+
+# ---------------------------------------------------------------- rows
+
+
+def _ticket(row: DictRow, lane: str) -> Ticket:
+    return Ticket(
+        ticket_id=row["ticket_id"],
+        lane=lane,
+        state=TicketState(row["state"]),
+        machine_id=row["machine_id"],
+        claim_id=row["claim_id"],
+        project=row["project"],
+        scene=row["scene"],
+        prompt_hash=row["prompt_hash"],
+        seq=row["seq"],
+        enqueued_at=row["enqueued_at"],
+        lease_seconds=row["lease_seconds"],
+        last_seen_at=row["last_seen_at"],
+        held_at=row["held_at"],
+        lease_expires_at=row["lease_expires_at"],
+        heartbeat_at=row["heartbeat_at"],
+        fence=row["fence"],
+        outcome=row["outcome"],
+        late_outcome=row["late_outcome"],
+        provider_job_id=row["provider_job_id"],
+        note=row["note"],
+        ended_at=row["ended_at"],
+    )
+
+
+def _receipt(row: DictRow) -> Receipt:
+    return Receipt(
+        receipt_id=row["receipt_id"],
+        ticket_id=row["ticket_id"],
+        phase=row["phase"],
+        machine_id=row["machine_id"],
+        payload_json=row["payload"],
+        content_hash=row["content_hash"],
+        content_hash_verified=row["content_hash_verified"],
+        created_at=row["created_at"],
+    )
+
+
+# ---------------------------------------------------------------- the store
+
+
+class PostgresLaneStore:
+    """All SQL of one lane in the shared database. Calls are synchronous; the caller
+    serializes them per store (several stores, in one process or in several replicas, may
+    serve the same lane: `begin` makes them take turns)."""
+
+    def __init__(
+        self, dsn: str, lane: str, *, lock_timeout_ms: int = STORE_BUSY_TIMEOUT_MS
+    ) -> None:
+        self._dsn = dsn
+        self.lane = lane
+        self._lock_timeout_ms = lock_timeout_ms
+        self._db: Conn | None = None
+        self._opened = False
+
+    def __repr__(self) -> str:
+        return f"PostgresLaneStore({redact_dsn(self._dsn)!r}, {self.lane!r})"
+
+    # ---------------------------------------------------------------- lifecycle
+
+    @property
+    def is_open(self) -> bool:
+        return self._opened
+
+    def open(self) -> None:
+        """Connect and check the schema is current (refuses an unmigrated, edited or newer
+        one, and stays closed)."""
+        self._opened = True
+        try:
+            schema_status(self._conn)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self._opened = False
+        db, self._db = self._db, None
+        if db is not None:
+            with contextlib.suppress(psycopg.Error):
+                db.close()
+
+    @property
+    def _conn(self) -> Conn:
+        if not self._opened:
+            raise StoreError("lane store is closed")
+        if self._db is None or self._db.closed or self._db.broken:
+            self._drop()
+            self._db = connect(self._dsn, lock_timeout_ms=self._lock_timeout_ms)
+        return self._db
+
+    def _drop(self) -> None:
+        """Forget a connection (lost, or left in an unknown state): the next call reconnects."""
+        db, self._db = self._db, None
+        if db is not None:
+            with contextlib.suppress(psycopg.Error):
+                db.close()
+
+    def _in_transaction(self) -> bool:
+        db = self._db
+        return (
+            db is not None
+            and not db.closed
+            and db.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
+        )
+
+    def schema_version(self) -> int:
+        return schema_status(self._conn)
+
+    # ---------------------------------------------------------------- the lane transaction
+
+    def begin(self) -> LaneHead:
+        db = self._conn
+        if self._in_transaction():
+            raise StoreError(f"lane store for {self.lane}: a transaction is already open")
+        try:
+            db.execute("BEGIN")
+            row = self._lock_head(db)
+            if row is None:  # a new lane: create its row (another writer may race us)
+                db.execute(
+                    "INSERT INTO lanes (lane) VALUES (%s) ON CONFLICT (lane) DO NOTHING",
+                    (self.lane,),
+                )
+                row = self._lock_head(db)
+            if row is None:
+                raise StoreError(f"lane store for {self.lane} has no lanes row")
+            return LaneHead(int(row["version"]), row["last_now"])
+        except psycopg.errors.LockNotAvailable as exc:
+            self.abort()
+            raise StoreError(f"lane store for {self.lane} is busy") from exc
+        except psycopg.Error as exc:
+            self.abort()
+            raise StoreError(f"lane store for {self.lane} is unavailable") from exc
+        except BaseException:
+            self.abort()
+            raise
+
+    def _lock_head(self, db: Conn) -> DictRow | None:
+        return db.execute(
+            "SELECT version, last_now FROM lanes WHERE lane = %s FOR UPDATE", (self.lane,)
+        ).fetchone()
+
+    def apply(self, changes: Sequence[Change]) -> None:
+        if not self._in_transaction():
+            raise StoreError(f"lane store for {self.lane}: apply outside a transaction")
+        try:
+            with self._conn.pipeline():
+                write_changes(self._conn, self.lane, changes)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot write to lane store for {self.lane}") from exc
+
+    def finish(self, next_deadline: float | None, last_now: float) -> int:
+        if not self._in_transaction():
+            raise StoreError(f"lane store for {self.lane}: finish outside a transaction")
+        db = self._conn
+        try:
+            row = db.execute(
+                "UPDATE lanes SET version = version + 1, next_deadline = %s, "
+                "last_now = GREATEST(last_now, %s) WHERE lane = %s RETURNING version",
+                (next_deadline, last_now, self.lane),
+            ).fetchone()
+            if row is None:
+                raise StoreError(f"lane store for {self.lane} lost its lanes row")
+            db.execute("COMMIT")
+        except psycopg.Error as exc:
+            self.abort()
+            raise StoreError(f"cannot commit to lane store for {self.lane}") from exc
+        except BaseException:
+            self.abort()
+            raise
+        return int(row["version"])
+
+    def abort(self) -> None:
+        db = self._db
+        if db is None or db.closed:
+            return
+        if db.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+            try:
+                db.execute("ROLLBACK")
+            except psycopg.Error:
+                self._drop()  # state unknown: a fresh connection for the next call
+        elif db.info.transaction_status is not TransactionStatus.IDLE:
+            self._drop()  # ACTIVE or UNKNOWN (a lost connection)
+
+    # ---------------------------------------------------------------- reads
+
+    def _read(self, query: str, args: Sequence[Any] = ()) -> list[DictRow]:
+        db = self._conn
+        try:
+            return db.execute(query, args).fetchall()
+        except psycopg.Error as exc:
+            if not self._in_transaction():
+                self.abort()  # a lost connection: reconnect on the next call
+            raise StoreError(f"cannot read lane store for {self.lane}") from exc
+
+    def load(self) -> LaneSnapshot:
+        if self._in_transaction():
+            return self._load()
+        db = self._conn
+        try:  # one snapshot: every table from the same commit
+            db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        except psycopg.Error as exc:
+            self.abort()
+            raise StoreError(f"cannot read lane store for {self.lane}") from exc
+        try:
+            return self._load()
+        finally:
+            self.abort()
+
+    def _load(self) -> LaneSnapshot:
+        lane = self.lane
+        snap = LaneSnapshot()
+        snap.live = [
+            _ticket(r, lane)
+            for r in self._read(
+                f"SELECT {TICKET_COLUMNS} FROM tickets "
+                "WHERE lane = %s AND state IN ('queued', 'held') ORDER BY seq",
+                (lane,),
+            )
+        ]
+        head = self._read(
+            "SELECT version, last_now, last_fence, next_seq FROM lanes WHERE lane = %s", (lane,)
+        )
+        if head:
+            h = head[0]
+            snap.last_fence, snap.next_seq = int(h["last_fence"]), int(h["next_seq"])
+            snap.version, snap.last_now = int(h["version"]), h["last_now"]
+        snap.project_served = {
+            r["project"]: int(r["last_fence"])
+            for r in self._read("SELECT project, last_fence FROM projects WHERE lane = %s", (lane,))
+        }
+        rows = self._read(
+            "SELECT reason_code, started_at, until, machine_id, claim_id, ticket_id FROM pauses "
+            "WHERE lane = %s",
+            (lane,),
+        )
+        if rows:
+            r = rows[0]
+            snap.pause = Pause(
+                r["reason_code"],
+                r["started_at"],
+                r["until"],
+                r["machine_id"],
+                r["claim_id"],
+                r["ticket_id"],
+            )
+        holds = self._read(
+            f"SELECT ended_at - held_at AS d FROM tickets WHERE lane = %s AND {ENDED} "
+            "AND held_at IS NOT NULL ORDER BY ended_at DESC, seq DESC LIMIT %s",
+            (lane, ETA_HOLD_SAMPLE_SIZE),
+        )
+        snap.recent_holds = [max(0.0, float(r["d"])) for r in reversed(holds)]
+        snap.history_count = self.history_count()
+        snap.incident_count = int(
+            self._read("SELECT count(*) AS n FROM incidents WHERE lane = %s", (lane,))[0]["n"]
+        )
+        coll = self._read(
+            "SELECT detail FROM incidents WHERE lane = %s AND kind = %s ORDER BY id DESC LIMIT 1",
+            (lane, IncidentKind.DUPLICATE_COLLISION.value),
+        )
+        if coll:
+            snap.last_collision = json.loads(coll[0]["detail"])
+        return snap
+
+    def get_ticket(self, ticket_id: str) -> Ticket | None:
+        rows = self._read(
+            f"SELECT {TICKET_COLUMNS} FROM tickets WHERE lane = %s AND ticket_id = %s",
+            (self.lane, ticket_id),
+        )
+        return _ticket(rows[0], self.lane) if rows else None
+
+    def get_receipt(self, receipt_id: str) -> Receipt | None:
+        rows = self._read(
+            f"SELECT {RECEIPT_COLUMNS} FROM receipts WHERE lane = %s AND receipt_id = %s",
+            (self.lane, receipt_id),
+        )
+        return _receipt(rows[0]) if rows else None
+
+    def recent_receipts(self, limit: int) -> list[Receipt]:
+        rows = self._read(
+            f"SELECT {RECEIPT_COLUMNS} FROM receipts WHERE lane = %s "
+            "ORDER BY created_at DESC, id DESC LIMIT %s",
+            (self.lane, limit),
+        )
+        return [_receipt(r) for r in rows]
+
+    def receipts_for_ticket(self, ticket_id: str) -> list[Receipt]:
+        rows = self._read(
+            f"SELECT {RECEIPT_COLUMNS} FROM receipts WHERE lane = %s AND ticket_id = %s "
+            "ORDER BY created_at, id",
+            (self.lane, ticket_id),
+        )
+        return [_receipt(r) for r in rows]
+
+    def history(self, limit: int, project: str | None) -> list[Ticket]:
+        if project is None:
+            rows = self._read(
+                f"SELECT {TICKET_COLUMNS} FROM tickets WHERE lane = %s AND {ENDED} "
+                "ORDER BY ended_at DESC, seq DESC LIMIT %s",
+                (self.lane, limit),
+            )
+        else:
+            rows = self._read(
+                f"SELECT {TICKET_COLUMNS} FROM tickets WHERE lane = %s AND {ENDED} "
+                "AND project = %s ORDER BY ended_at DESC, seq DESC LIMIT %s",
+                (self.lane, project, limit),
+            )
+        return [_ticket(r, self.lane) for r in rows]
+
+    def history_count(self) -> int:
+        rows = self._read(
+            f"SELECT count(*) AS n FROM tickets WHERE lane = %s AND {ENDED}", (self.lane,)
+        )
+        return int(rows[0]["n"])
+
+    def incidents(self, limit: int) -> list[tuple[int, Incident]]:
+        rows = self._read(
+            "SELECT id, kind, at, ticket_id, machine_id, detail FROM incidents WHERE lane = %s "
+            "ORDER BY id DESC LIMIT %s",
+            (self.lane, limit),
+        )
+        out = []
+        for r in rows:
+            try:
+                detail = json.loads(r["detail"])
+            except ValueError:
+                detail = {}
+            out.append(
+                (
+                    int(r["id"]),
+                    Incident(r["kind"], r["at"], r["ticket_id"], r["machine_id"], detail),
+                )
+            )
+        return out

@@ -1,0 +1,180 @@
+"""The PostgreSQL database of every lane: connections (the session a lane store needs), the
+numbered migrations in `pg_migrations/` and their runner, and the queries over every lane
+(the alarm poller's `lanes_due`, `known_lanes`). DSNs appear in messages only without their
+password (`redact_dsn`)."""
+
+from __future__ import annotations
+
+import hashlib
+from importlib import resources
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import DictRow, dict_row
+
+from coordinator.constants import STORE_BUSY_TIMEOUT_MS
+from coordinator.errors import StoreError
+
+Conn = psycopg.Connection[DictRow]
+
+MIGRATION_LOCK = 0x6C616E65  # pg_advisory_xact_lock key of `migrate` ("lane")
+CONNECT_TIMEOUT_SECONDS = 10
+
+
+# ---------------------------------------------------------------- connections and DSNs
+
+
+def redact_dsn(dsn: str) -> str:
+    """The DSN without its password (for messages and logs)."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "<unparsable dsn>"
+    if "password" in params:
+        params["password"] = "***"
+    return psycopg.conninfo.make_conninfo("", **params)
+
+
+def connect(dsn: str, *, lock_timeout_ms: int = STORE_BUSY_TIMEOUT_MS) -> Conn:
+    """A connection in autocommit mode (the store issues BEGIN itself), its session set for
+    the store: synchronous_commit=on (checked: a commit is durable when COMMIT returns) and
+    lock_timeout (a `begin` waiting longer for another writer's lane lock fails as busy).
+    Raises StoreError (the DSN's password never appears in it)."""
+    try:
+        conn = psycopg.connect(
+            dsn,
+            autocommit=True,
+            row_factory=dict_row,
+            connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            application_name="lane-coordinator",
+        )
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot connect to PostgreSQL at {redact_dsn(dsn)}") from exc
+    try:
+        conn.execute("SET synchronous_commit = on")
+        conn.execute(
+            sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{int(lock_timeout_ms)}ms"))
+        )
+        row = conn.execute("SHOW synchronous_commit").fetchone()
+        if row is None or row["synchronous_commit"] != "on":
+            raise StoreError("PostgreSQL session refused synchronous_commit=on")
+    except BaseException as exc:
+        conn.close()
+        if isinstance(exc, psycopg.Error):
+            raise StoreError(f"cannot set up a session at {redact_dsn(dsn)}") from exc
+        raise
+    return conn
+
+
+# ---------------------------------------------------------------- migrations
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """(version, name, sql) for every shipped PostgreSQL migration, in order."""
+    out = []
+    folder = resources.files("coordinator.store") / "pg_migrations"
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".sql"):
+            version = int(entry.name.split("_", 1)[0])
+            out.append((version, entry.name, entry.read_text(encoding="utf-8")))
+    return out
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+_CREATE_SCHEMA_MIGRATIONS = (
+    "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+    "name TEXT NOT NULL, sha256 TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+)
+
+
+def _check_applied(
+    applied: dict[int, tuple[str, str]], shipped: list[tuple[int, str, str]]
+) -> None:
+    """Refuse an edited migration, or a database migrated by a newer coordinator."""
+    known = {v for v, _, _ in shipped}
+    newer = sorted(v for v in applied if v not in known)
+    if newer:
+        name = applied[newer[-1]][0]
+        raise StoreError(
+            f"the database schema is newer than this coordinator (migration {name} is unknown "
+            "here); run a coordinator at least as new as the one that migrated it"
+        )
+    for version, name, text in shipped:
+        if version in applied and applied[version][1] != _sha256(text):
+            raise StoreError(
+                f"migration {name} was edited after it was applied; "
+                "add a new numbered migration instead"
+            )
+
+
+def _applied(conn: Conn) -> dict[int, tuple[str, str]]:
+    rows = conn.execute("SELECT version, name, sha256 FROM schema_migrations").fetchall()
+    return {int(r["version"]): (r["name"], r["sha256"]) for r in rows}
+
+
+def migrate(dsn: str, *, upto: int | None = None) -> list[str]:
+    """Apply every shipped migration the database lacks, each in the same transaction as its
+    schema_migrations row, all under one advisory lock (replicas starting together take
+    turns; the second finds nothing to do). Refuses an edited or unknown-newer migration
+    before applying anything. Returns the names applied (empty: already current)."""
+    shipped = [m for m in migrations() if upto is None or m[0] <= upto]
+    conn = connect(dsn)
+    done: list[str] = []
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+            conn.execute(_CREATE_SCHEMA_MIGRATIONS)
+            applied = _applied(conn)
+            _check_applied(applied, migrations())
+            for version, name, text in shipped:
+                if version in applied:
+                    continue
+                conn.execute(text.encode())  # several statements: no parameters
+                conn.execute(
+                    "INSERT INTO schema_migrations (version, name, sha256) VALUES (%s, %s, %s)",
+                    (version, name, _sha256(text)),
+                )
+                done.append(name)
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot migrate the database at {redact_dsn(dsn)}") from exc
+    finally:
+        conn.close()
+    return done
+
+
+def schema_status(conn: Conn) -> int:
+    """The database's schema version, after checking it is exactly what this coordinator
+    ships (StoreError otherwise: not migrated yet, behind, edited, or newer)."""
+    shipped = migrations()
+    try:
+        exists = conn.execute("SELECT to_regclass('schema_migrations') AS t").fetchone()
+        applied = _applied(conn) if exists is not None and exists["t"] is not None else {}
+    except psycopg.Error as exc:
+        raise StoreError("cannot read the database's schema version") from exc
+    _check_applied(applied, shipped)
+    missing = [name for v, name, _ in shipped if v not in applied]
+    if missing:
+        raise StoreError(
+            f"the database lacks migration {missing[0]}: run `lane-coordinator migrate` first"
+        )
+    return max(applied, default=0)
+
+
+# ---------------------------------------------------------------- queries over every lane
+
+
+def lanes_due(conn: Conn, now: float) -> list[str]:
+    """Lanes whose next deadline (lease expiry, waiter deadline, pause end) has come, the
+    earliest first: what the alarm poller wakes."""
+    rows = conn.execute(
+        "SELECT lane FROM lanes WHERE next_deadline <= %s ORDER BY next_deadline, lane", (now,)
+    ).fetchall()
+    return [r["lane"] for r in rows]
+
+
+def known_lanes(conn: Conn) -> list[str]:
+    """Every lane the database holds (one that finished at least one transaction), sorted."""
+    return [r["lane"] for r in conn.execute("SELECT lane FROM lanes ORDER BY lane").fetchall()]
