@@ -13,25 +13,13 @@ request itself (400 bad-request, 404 not-found, 409) keep their own error classe
 
 from __future__ import annotations
 
-from types import TracebackType
-from typing import Any, Protocol, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, Protocol
 
 import aiohttp
 import msgspec
 
 from client.clock import monotonic
-from client.errors import (
-    BadRequestError,
-    ConfigError,
-    CoordinatorTimeoutError,
-    CoordinatorUnreachableError,
-    LaneClientError,
-    MalformedReplyError,
-    PreProviderError,
-    UnsupportedProtocolError,
-    error_for,
-)
+from client.errors import BadRequestError, ConfigError, PreProviderError
 from client.models import (
     CooldownReply,
     EvidenceReply,
@@ -46,7 +34,7 @@ from client.models import (
     ReleaseReply,
     StatusReply,
 )
-from coordinator import __version__
+from client.transport import HttpTransport, safe_url, url_problem
 from coordinator.protocol import constants as P
 from coordinator.protocol.errors import LaneError
 from coordinator.protocol.receipts import canonical_json, receipt_id_for
@@ -59,8 +47,6 @@ SHARED_KINDS = P.SHARED_KINDS
 LOCAL_KIND = P.LOCAL_SQLITE
 DEFAULT_TIMEOUT_SECONDS = 10.0
 DEFAULT_COOLDOWN_REASON = P.COOLDOWN_REASONS[0]
-
-S = TypeVar("S")
 
 
 class LaneBackend(Protocol):
@@ -132,36 +118,6 @@ class LaneBackend(Protocol):
     async def close(self) -> None: ...
 
 
-def safe_url(url: str) -> str:
-    """The URL without any user:password part (never echo a credential)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<invalid URL>"
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
-def _url_problem(url: str) -> str | None:
-    """Why `url` cannot be the coordinator's base URL (None when it can): checked up front so
-    a bad value is a configuration error (a PreProviderError when required), never an
-    aiohttp ValueError at the first call."""
-    try:
-        parts = urlsplit(url)
-        _ = parts.port  # raises ValueError when out of range or not a number
-    except ValueError:
-        return "not a valid URL"
-    if parts.scheme not in ("http", "https"):
-        return "must start with http:// or https://"
-    if not parts.hostname:
-        return "no host name"
-    if parts.username is not None or parts.password is not None:
-        return "must not carry user:password@ (the token goes in LANE_TOKEN)"
-    return None
-
-
 def receipt_fields(
     ticket_id: str,
     phase: str,
@@ -187,17 +143,7 @@ def receipt_fields(
     return rid, sent, computed
 
 
-def check_lane_reply_kind(data: dict[str, Any], required: bool, url: str) -> None:
-    kind = data.get("coordinator")
-    if required and kind not in SHARED_KINDS:
-        raise PreProviderError(
-            f"the coordinator at {url} reports coordinator={kind!r}, "
-            f"not one of {sorted(SHARED_KINDS)}: "
-            "it is not the shared coordinator"
-        )
-
-
-class LaneClient:
+class LaneClient(HttpTransport):
     """The shared coordinator over HTTP (aiohttp). One instance per driver process."""
 
     kind = SHARED_KIND
@@ -224,8 +170,8 @@ class LaneClient:
         missing = []
         if not self.url:
             missing.append("LANE_COORDINATOR_URL")
-        elif (url_problem := _url_problem(self.url)) is not None:
-            missing.append(f"LANE_COORDINATOR_URL ({url_problem})")
+        elif (problem := url_problem(self.url)) is not None:
+            missing.append(f"LANE_COORDINATOR_URL ({problem})")
         if not self._token:
             missing.append("LANE_TOKEN")
         if not self.machine_id:
@@ -259,163 +205,6 @@ class LaneClient:
             session=self._client_session(),
         )
 
-    async def __aenter__(self) -> LaneClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        if self._own_session and self._session is not None and not self._session.closed:
-            await self._session.close()
-        self._session = None if self._own_session else self._session
-
-    # ------------------------------------------------------------------ transport
-
-    def _client_session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            if not self._own_session:
-                raise ConfigError(message="the aiohttp session given to LaneClient is closed")
-            self._session = aiohttp.ClientSession(
-                headers={"User-Agent": f"lane-client/{__version__}"}
-            )
-        return self._session
-
-    def _fail(self, err: LaneClientError) -> LaneClientError:
-        """Under LANE_REQUIRED=1, a failure that leaves the lane unconfirmed is pre-provider."""
-        if not self.required or isinstance(err, PreProviderError):
-            return err
-        where = safe_url(self.url)
-        cause: str | None = None
-        if isinstance(err, CoordinatorTimeoutError):
-            cause = f"timeout: {err.message}"
-        elif isinstance(err, CoordinatorUnreachableError):
-            cause = f"unreachable: {err.message}"
-        elif isinstance(err, MalformedReplyError):
-            cause = f"malformed reply from {where}: {err.message}"
-        elif err.status == 401:
-            cause = f"unauthorized (HTTP 401) at {where}: the token was not accepted"
-        elif err.status == 403:
-            cause = f"forbidden (HTTP 403 {err.code}) at {where}: {err.message}"
-        elif err.status >= 500 or isinstance(err, UnsupportedProtocolError):
-            cause = f"coordinator at {where} answered HTTP {err.status} {err.code}: {err.message}"
-        return PreProviderError(cause, err) if cause is not None else err
-
-    async def _request(
-        self,
-        method: str,
-        path: str,
-        body: dict[str, Any] | None = None,
-        params: dict[str, str] | None = None,
-        timeout: float | None = None,
-    ) -> tuple[int, dict[str, Any]]:
-        total = self.timeout if timeout is None else timeout
-        what = f"{method} {path}"
-        where = safe_url(self.url)
-        headers = {"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
-        data: bytes | None = None
-        if body is not None:
-            data = msgspec.json.encode(body)
-            headers["Content-Type"] = "application/json"
-        err: LaneClientError | None = None
-        status, raw, ctype = 0, b"", ""
-        try:
-            session = self._client_session()
-            async with session.request(
-                method,
-                self.url + path,
-                data=data,
-                params=params,
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=total),
-                allow_redirects=False,
-            ) as resp:
-                status, ctype = resp.status, resp.content_type
-                raw = await resp.read()
-        except TimeoutError:
-            err = CoordinatorTimeoutError(
-                message=f"no answer from {where} within {total:g} s ({what})"
-            )
-        except aiohttp.ClientConnectorError as exc:
-            reason = exc.os_error.strerror if exc.os_error is not None else None
-            err = CoordinatorUnreachableError(
-                message=f"cannot connect to {where} ({reason or type(exc).__name__}) ({what})"
-            )
-        except aiohttp.InvalidURL:
-            err = ConfigError(message=f"LANE_COORDINATOR_URL: {where} is not a valid URL")
-        except (aiohttp.ClientError, OSError) as exc:
-            err = CoordinatorUnreachableError(
-                message=f"{type(exc).__name__} talking to {where} ({what})"
-            )
-        if err is not None:
-            if isinstance(err, ConfigError) and self.required:
-                raise PreProviderError(err.message, err) from None
-            raise self._fail(err) from None
-        try:
-            decoded: Any = msgspec.json.decode(raw)
-        except msgspec.DecodeError:
-            raise self._fail(
-                MalformedReplyError(
-                    status=status,
-                    message=f"{what}: HTTP {status} reply is not JSON "
-                    f"(content type {ctype or 'none'})",
-                )
-            ) from None
-        if status >= 400:
-            e = decoded.get("error") if isinstance(decoded, dict) else None
-            if isinstance(e, dict) and isinstance(e.get("code"), str):
-                msg = e.get("message")
-                raise self._fail(
-                    error_for(e["code"], status, msg if isinstance(msg, str) else e["code"])
-                ) from None
-            raise self._fail(
-                MalformedReplyError(
-                    status=status, message=f"{what}: HTTP {status} without an error body"
-                )
-            ) from None
-        if status not in (200, 201) or not isinstance(decoded, dict):
-            raise self._fail(
-                MalformedReplyError(
-                    status=status,
-                    message=f"{what}: expected a JSON object with HTTP 200/201, got HTTP {status}",
-                )
-            ) from None
-        check_lane_reply_kind(decoded, self.required, where)
-        return status, decoded
-
-    def _convert(self, data: dict[str, Any], kind: type[S], what: str, status: int = 200) -> S:
-        try:
-            return msgspec.convert(data, kind)
-        except msgspec.ValidationError as exc:
-            raise self._fail(
-                MalformedReplyError(
-                    status=status, message=f"{what}: reply does not match the protocol ({exc})"
-                )
-            ) from None
-
-    def _mutation(self, lane: str, **fields: Any) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "protocolVersion": PROTOCOL_VERSION,
-            "lane": lane,
-            "machineId": self.machine_id,
-        }
-        if self.claim_id is not None:
-            body["claimId"] = self.claim_id
-        body.update({k: v for k, v in fields.items() if v is not None})
-        return body
-
-    async def _post(
-        self, op: str, body: dict[str, Any], kind: type[S], timeout: float | None = None
-    ) -> S:
-        path = f"/v1/lanes/{op}"
-        status, data = await self._request("POST", path, body, timeout=timeout)
-        return self._convert(data, kind, f"POST {path}", status)
-
     # ------------------------------------------------------------------ SPEC §4 endpoints
 
     async def acquire(
@@ -426,7 +215,7 @@ class LaneClient:
         prompt_hash: str,
         lease_seconds: float | None = None,
     ) -> LaneReply:
-        body = self._mutation(
+        body = self._body(
             lane, project=project, scene=scene, promptHash=prompt_hash, leaseSeconds=lease_seconds
         )
         return await self._post("acquire", body, LaneReply)
@@ -434,7 +223,7 @@ class LaneClient:
     async def await_ticket(
         self, lane: str, ticket_id: str, wait_seconds: float = P.DEFAULT_AWAIT_SECONDS
     ) -> LaneReply:
-        body = self._mutation(lane, ticketId=ticket_id, waitSeconds=wait_seconds)
+        body = self._body(lane, ticketId=ticket_id, waitSeconds=wait_seconds)
         # The long poll gets its own timeout: the wait plus the per-call timeout as margin.
         own = float(wait_seconds) + self.timeout
         return await self._post("await", body, LaneReply, timeout=own)
@@ -442,7 +231,7 @@ class LaneClient:
     async def heartbeat(
         self, lane: str, ticket_id: str, lease_seconds: float | None = None
     ) -> HeartbeatReply:
-        body = self._mutation(lane, ticketId=ticket_id, leaseSeconds=lease_seconds)
+        body = self._body(lane, ticketId=ticket_id, leaseSeconds=lease_seconds)
         return await self._post("heartbeat", body, HeartbeatReply)
 
     async def release(
@@ -453,7 +242,7 @@ class LaneClient:
         provider_job_id: str | None = None,
         note: str | None = None,
     ) -> ReleaseReply:
-        body = self._mutation(
+        body = self._body(
             lane, ticketId=ticket_id, outcome=outcome, providerJobId=provider_job_id, note=note
         )
         return await self._post("release", body, ReleaseReply)
@@ -472,7 +261,7 @@ class LaneClient:
         `content_hash` overrides the computed one (the coordinator flags a mismatch), a given
         `receipt_id` overrides the derived id (used to prove the 409 conflict)."""
         rid, sent, _ = receipt_fields(ticket_id, phase, payload, content_hash, receipt_id)
-        body = self._mutation(
+        body = self._body(
             lane,
             ticketId=ticket_id,
             receiptId=rid,
@@ -492,7 +281,7 @@ class LaneClient:
         retry_after_seconds: float,
         reason_code: str = DEFAULT_COOLDOWN_REASON,
     ) -> CooldownReply:
-        body = self._mutation(
+        body = self._body(
             lane, ticketId=ticket_id, reasonCode=reason_code, retryAfterSeconds=retry_after_seconds
         )
         return await self._post("cooldown", body, CooldownReply)
@@ -521,10 +310,6 @@ class LaneClient:
         return await self._post("history", body, HistoryReply)
 
     # ------------------------------------------------------------------ control-room reads
-
-    async def _get(self, path: str, kind: type[S], params: dict[str, str] | None = None) -> S:
-        status, data = await self._request("GET", path, params=params)
-        return self._convert(data, kind, f"GET {path}", status)
 
     async def lanes(self) -> LanesReply:
         return await self._get("/v1/lanes", LanesReply)
@@ -609,6 +394,5 @@ __all__ = [
     "LaneClient",
     "parse_status",
     "receipt_fields",
-    "safe_url",
     "wait_for_grant",
 ]

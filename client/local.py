@@ -25,7 +25,6 @@ Layout and rules (docs/client.md, "Local queue"):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import secrets
 import sqlite3
@@ -33,21 +32,21 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeVar
 
 import msgspec
 
 from client.api import DEFAULT_COOLDOWN_REASON, LOCAL_KIND, PROTOCOL_VERSION, receipt_fields
+from client.backend import Backend
 from client.clock import monotonic, wall
 from client.errors import (
     BadRequestError,
     ConfigError,
     LaneClientError,
-    SyncedFolderError,
     UnavailableError,
     error_for,
 )
+from client.local_fs import check_state_dir
 from coordinator import constants as C
 from coordinator.engine.commands import Acquire, Cooldown, Heartbeat, Release, TicketCall
 from coordinator.engine.lane import LaneCore
@@ -89,98 +88,6 @@ LOCAL_BUSY_TIMEOUT_MS = 30_000
 T = TypeVar("T")
 B = TypeVar("B", bound=S.Base)
 
-# File systems whose locking SQLite's WAL cannot rely on across machines.
-NETWORK_FS_TYPES = frozenset(
-    {
-        "nfs", "nfs4", "cifs", "smbfs", "smb2", "smb3", "afs", "ceph", "glusterfs", "lustre",
-        "gpfs", "9p", "ncpfs", "coda", "davfs", "sshfs", "fuse.sshfs", "fuse.rclone",
-        "fuse.s3fs", "fuse.gcsfuse", "fuse.glusterfs", "fuse.cephfs", "fuse.davfs2",
-        "fuse.goofys", "fuse.juicefs", "fuse.onedriver", "fuse.google-drive-ocamlfuse",
-        "fuse.dropbox", "fuse.keybase", "fuse.seaweedfs", "fuse.mfs", "fuse.smbnetfs",
-    }
-)  # fmt: skip
-SYNCED_HINT = (
-    "SQLite WAL is not a cross-machine protocol: keep the local queue's state dir on a local "
-    "disk (set LANE_STATE_DIR), or set LANE_COORDINATOR_URL to use the shared coordinator"
-)
-
-
-def _synced_name(parts: tuple[str, ...]) -> str | None:
-    low = [p.lower() for p in parts]
-    for i, part in enumerate(low):
-        if part == "dropbox" or part.startswith("dropbox (") or part == ".dropbox":
-            return "Dropbox"
-        if part.startswith("onedrive"):
-            return "OneDrive"
-        if part in ("google drive", "googledrive", "my drive") or part.startswith("googledrive-"):
-            return "Google Drive"
-        if part in ("icloud drive", "iclouddrive", "com~apple~clouddocs"):
-            return "iCloud Drive"
-        if part == "mobile documents" and i > 0 and low[i - 1] == "library":
-            return "iCloud Drive (Library/Mobile Documents)"
-        if part == "cloudstorage" and i > 0 and low[i - 1] == "library":
-            return "a cloud-synced folder (Library/CloudStorage)"
-    return None
-
-
-def _unescape_mount(field: str) -> str:
-    """/proc/mounts escapes space, tab, newline and backslash as octal (\\040 ...)."""
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and i + 4 <= len(field) and field[i + 1 : i + 4].isdigit():
-            out.append(chr(int(field[i + 1 : i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
-def mount_fstype(path: Path, mounts_text: str) -> tuple[str, str] | None:
-    """(mount point, fs type) of the mount holding `path`, from /proc/mounts text."""
-    target = str(path)
-    best: tuple[str, str] | None = None
-    for line in mounts_text.splitlines():
-        fields = line.split()
-        if len(fields) < 3:
-            continue
-        mp, fstype = _unescape_mount(fields[1]), fields[2]
-        inside = target == mp or target.startswith(mp.rstrip("/") + "/") or mp == "/"
-        if inside and (best is None or len(mp) >= len(best[0])):
-            best = (mp, fstype)
-    return best
-
-
-def synced_folder_reason(path: Path, mounts_text: str | None = None) -> str | None:
-    """Why `path` must not hold the local queue (a synced folder or a network mount), or None."""
-    candidates = [path.expanduser().absolute()]
-    with contextlib.suppress(OSError, RuntimeError):
-        candidates.append(path.expanduser().resolve())
-    for p in candidates:
-        name = _synced_name(p.parts)
-        if name is not None:
-            return f"{p} is inside {name}"
-    if mounts_text is None:
-        try:
-            mounts_text = Path("/proc/mounts").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            mounts_text = ""
-    for p in candidates:
-        found = mount_fstype(p, mounts_text)
-        if found is not None:
-            mp, fstype = found
-            if fstype in NETWORK_FS_TYPES or fstype.split(".", 1)[-1] in NETWORK_FS_TYPES:
-                return f"{p} is on a network mount ({fstype} at {mp})"
-    return None
-
-
-def check_state_dir(path: Path, mounts_text: str | None = None) -> None:
-    reason = synced_folder_reason(path, mounts_text)
-    if reason is not None:
-        raise SyncedFolderError(
-            message=f"local queue refused: LANE_STATE_DIR {reason}; {SYNCED_HINT}"
-        )
-
 
 def _validation_message(text: str) -> str:
     msg, sep, where = text.rpartition(" - at `$.")
@@ -221,7 +128,7 @@ class _Kept:
     persisted: dict[str, float] = field(default_factory=dict)
 
 
-class LocalQueue:
+class LocalQueue(Backend):
     """The local single-computer queue (see the module docstring)."""
 
     kind = LOCAL_KIND
@@ -291,17 +198,6 @@ class LocalQueue:
         sibling = copy.copy(self)
         sibling.claim_id = claim_id
         return sibling
-
-    async def __aenter__(self) -> LocalQueue:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def close(self) -> None:
         with self._lock:
@@ -414,17 +310,6 @@ class LocalQueue:
 
     async def _run(self, lane: str, op: Operation[T]) -> T:
         return await asyncio.to_thread(self._run_sync, lane, op)
-
-    def _body(self, lane: str, **fields: Any) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "protocolVersion": PROTOCOL_VERSION,
-            "lane": lane,
-            "machineId": self.machine_id,
-        }
-        if self.claim_id is not None:
-            body["claimId"] = self.claim_id
-        body.update({k: v for k, v in fields.items() if v is not None})
-        return body
 
     def _call(self, b: S.TicketBody) -> TicketCall:
         return TicketCall(b.machine_id, b.claim_id, b.ticket_id)

@@ -24,7 +24,8 @@ from coordinator.config import Config, load_config, load_tokens
 from coordinator.errors import ConfigError, LaneError
 from coordinator.logs import configure_logging
 from coordinator.names import lane_from_file_name
-from coordinator.store.sqlite import SqliteLaneStore, copy_lane_file, make_private_dir
+from coordinator.store.files import copy_lane_file, make_private_dir
+from coordinator.store.sqlite import SqliteLaneStore
 
 log = structlog.get_logger("coordinator.cli")
 
@@ -218,7 +219,7 @@ def _listen_failure(host: str, port: int, exc: OSError) -> str:
 
 def _reload_tokens(token_file: Path | None, app: web.Application) -> None:
     """SIGHUP: swap in the token file's tokens; on any problem keep the current ones."""
-    from coordinator.http.app import TOKENS_KEY
+    from coordinator.http.middleware import TOKENS_KEY
 
     if token_file is None:
         log.warning("auth.tokens_reload_skipped", reason="no --token-file; restart to change")

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import webbrowser
 
-from client.api import LaneClient, safe_url
+from client.api import LaneClient
 from client.cli.exits import EXIT_FAIL, EXIT_OK, EXIT_PRE_PROVIDER, UsageError
 from client.cli.render import keep_secret, out, say
 from client.config import (
@@ -29,6 +29,7 @@ from client.config import (
     write_private_file,
 )
 from client.errors import LaneClientError
+from client.transport import safe_url
 from coordinator.constants import MIN_TOKEN_BYTES
 from coordinator.errors import LaneError
 from coordinator.names import MACHINE_RE, parse_lane

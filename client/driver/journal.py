@@ -43,7 +43,7 @@ from types import TracebackType
 from typing import Final, Literal, NamedTuple
 
 from client.clock import wall
-from client.local import check_state_dir
+from client.local_fs import check_state_dir
 
 JOURNAL_FILE: Final = "driver-journal.sqlite"
 

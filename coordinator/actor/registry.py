@@ -17,8 +17,9 @@ from coordinator.constants import JANITOR_INTERVAL_SECONDS, LANE_IDLE_CLOSE_SECO
 from coordinator.errors import ConfigError
 from coordinator.metrics import NULL_METRICS, LaneObserver
 from coordinator.names import lane_file_name, lane_from_file_name
+from coordinator.store.files import make_private_dir
 from coordinator.store.lock import DataDirLock
-from coordinator.store.sqlite import SqliteLaneStore, make_private_dir
+from coordinator.store.sqlite import SqliteLaneStore
 
 log = structlog.get_logger("coordinator.registry")
 

@@ -2,18 +2,18 @@
 
 Implements `coordinator.engine.store.LaneStore`: `begin` is BEGIN IMMEDIATE (serializes
 writers across processes) and reads the `lane_head` row; `finish` writes version + 1,
-next_deadline and last_now there and COMMITs. Hosts never see the connection."""
+next_deadline and last_now there and COMMITs. Hosts never see the connection.
+
+Row mapping and shared SQL are in coordinator/store/rows.py, the migrations runner in
+coordinator/store/migrate.py, file modes and raw copies in coordinator/store/files.py."""
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
-import os
 import sqlite3
 import time
 from collections.abc import Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -39,118 +39,20 @@ from coordinator.engine.model import (
     PutTicket,
     Receipt,
     Ticket,
-    TicketState,
 )
 from coordinator.engine.store import LaneHead
 from coordinator.errors import StoreError
-
-_TICKET_COLUMNS = (
-    "ticket_id, seq, state, machine_id, claim_id, project, scene, prompt_hash, enqueued_at, "
-    "lease_seconds, last_seen_at, held_at, lease_expires_at, heartbeat_at, fence, outcome, "
-    "late_outcome, provider_job_id, note, ended_at"
+from coordinator.store.files import make_private_file
+from coordinator.store.migrate import apply_migrations
+from coordinator.store.rows import (
+    ENDED,
+    RECEIPT_COLUMNS,
+    TICKET_COLUMNS,
+    TICKET_UPSERT,
+    coalesce,
+    receipt_from_row,
+    ticket_from_row,
 )
-_TICKET_UPSERT = (
-    f"INSERT INTO tickets ({_TICKET_COLUMNS}) VALUES "
-    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (ticket_id) DO UPDATE SET state = excluded.state, "
-    "last_seen_at = excluded.last_seen_at, held_at = excluded.held_at, "
-    "lease_seconds = excluded.lease_seconds, "
-    "lease_expires_at = excluded.lease_expires_at, heartbeat_at = excluded.heartbeat_at, "
-    "fence = excluded.fence, outcome = excluded.outcome, late_outcome = excluded.late_outcome, "
-    "provider_job_id = excluded.provider_job_id, note = excluded.note, "
-    "ended_at = excluded.ended_at"
-)
-_ENDED = "state IN ('done', 'expired')"
-_RECEIPT_COLUMNS = (
-    "receipt_id, ticket_id, phase, machine_id, payload, content_hash, content_hash_verified, "
-    "created_at"
-)
-
-
-PRIVATE_FILE_MODE = 0o600
-PRIVATE_DIR_MODE = 0o700
-_LANE_FILE_SUFFIXES = ("", "-wal", "-shm", "-journal")
-
-
-def make_private_file(path: Path) -> None:
-    """Lane files hold every machine's tickets and receipts: owner-only (0600), whatever the
-    process umask. A new file is created empty with that mode before SQLite opens it (SQLite
-    then gives its -wal and -shm files the database file's mode); an existing lane file that
-    an older version left open to others is tightened, with its -wal/-shm/-journal.
-    Raises OSError when the file cannot be created (the caller words it)."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
-    except FileExistsError:
-        for suffix in _LANE_FILE_SUFFIXES:
-            side = path.with_name(path.name + suffix)
-            with contextlib.suppress(OSError):  # absent, or not ours: SQLite's open decides
-                if side.stat().st_mode & 0o077:
-                    side.chmod(PRIVATE_FILE_MODE)
-        return
-    try:
-        os.fchmod(fd, PRIVATE_FILE_MODE)  # os.open's mode is filtered by the umask
-    finally:
-        os.close(fd)
-
-
-def make_private_dir(path: Path) -> None:
-    """Create a directory (and missing parents) owner-only (0700), whatever the umask. An
-    existing directory keeps its mode: the operator chose it."""
-    if path.is_dir():
-        return
-    path.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
-    path.chmod(PRIVATE_DIR_MODE)  # mkdir's mode is filtered by the umask
-
-
-def migrations() -> list[tuple[int, str, str]]:
-    """(version, name, sql) for every shipped migration, in order."""
-    out = []
-    folder = resources.files("coordinator.store") / "migrations"
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".sql"):
-            version = int(entry.name.split("_", 1)[0])
-            out.append((version, entry.name, entry.read_text(encoding="utf-8")))
-    return out
-
-
-def _ticket(row: sqlite3.Row, lane: str) -> Ticket:
-    return Ticket(
-        ticket_id=row["ticket_id"],
-        lane=lane,
-        state=TicketState(row["state"]),
-        machine_id=row["machine_id"],
-        claim_id=row["claim_id"],
-        project=row["project"],
-        scene=row["scene"],
-        prompt_hash=row["prompt_hash"],
-        seq=row["seq"],
-        enqueued_at=row["enqueued_at"],
-        lease_seconds=row["lease_seconds"],
-        last_seen_at=row["last_seen_at"],
-        held_at=row["held_at"],
-        lease_expires_at=row["lease_expires_at"],
-        heartbeat_at=row["heartbeat_at"],
-        fence=row["fence"],
-        outcome=row["outcome"],
-        late_outcome=row["late_outcome"],
-        provider_job_id=row["provider_job_id"],
-        note=row["note"],
-        ended_at=row["ended_at"],
-    )
-
-
-def _receipt(row: sqlite3.Row) -> Receipt:
-    v = row["content_hash_verified"]
-    return Receipt(
-        receipt_id=row["receipt_id"],
-        ticket_id=row["ticket_id"],
-        phase=row["phase"],
-        machine_id=row["machine_id"],
-        payload_json=row["payload"],
-        content_hash=row["content_hash"],
-        content_hash_verified=None if v is None else bool(v),
-        created_at=row["created_at"],
-    )
 
 
 class SqliteLaneStore:
@@ -225,43 +127,7 @@ class SqliteLaneStore:
             self._db = None
 
     def _migrate(self) -> None:
-        db = self._conn
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
-                "name TEXT NOT NULL, sha256 TEXT NOT NULL, applied_at TEXT NOT NULL)"
-            )
-            applied = {
-                r["version"]: (r["name"], r["sha256"])
-                for r in db.execute("SELECT version, name, sha256 FROM schema_migrations")
-            }
-            for version, name, sql in migrations():
-                if self._max_migration is not None and version > self._max_migration:
-                    break
-                digest = hashlib.sha256(sql.encode()).hexdigest()
-                if version in applied:
-                    if applied[version][1] != digest:
-                        raise StoreError(
-                            f"migration {name} was edited after it was applied; "
-                            "add a new numbered migration instead"
-                        )
-                    continue
-                for statement in _split_sql(sql):
-                    db.execute(statement)
-                db.execute(
-                    "INSERT INTO schema_migrations (version, name, sha256, applied_at) "
-                    "VALUES (?, ?, ?, datetime('now'))",
-                    (version, name, digest),
-                )
-            db.execute(
-                "INSERT INTO meta (key, value) VALUES ('lane', ?) ON CONFLICT (key) DO NOTHING",
-                (self.lane,),
-            )
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
+        apply_migrations(self._conn, self.lane, self._max_migration)
 
     def schema_version(self) -> int:
         row = self._conn.execute("SELECT max(version) AS v FROM schema_migrations").fetchone()
@@ -324,11 +190,11 @@ class SqliteLaneStore:
 
     def _write(self, changes: Sequence[Change]) -> None:
         db = self._conn
-        for ch in _coalesce(changes):
+        for ch in coalesce(changes):
             if isinstance(ch, PutTicket):
                 t = ch.ticket
                 db.execute(
-                    _TICKET_UPSERT,
+                    TICKET_UPSERT,
                     (
                         t.ticket_id,
                         t.seq,
@@ -384,7 +250,7 @@ class SqliteLaneStore:
             elif isinstance(ch, PutReceipt):
                 r = ch.receipt
                 db.execute(
-                    f"INSERT INTO receipts ({_RECEIPT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         r.receipt_id,
                         r.ticket_id,
@@ -411,7 +277,7 @@ class SqliteLaneStore:
                 )
             elif isinstance(ch, PruneHistory):
                 oldest = (
-                    f"SELECT ticket_id FROM tickets WHERE {_ENDED} "
+                    f"SELECT ticket_id FROM tickets WHERE {ENDED} "
                     "ORDER BY ended_at ASC, seq ASC LIMIT ?"
                 )
                 db.execute(f"DELETE FROM receipts WHERE ticket_id IN ({oldest})", (ch.excess,))
@@ -448,9 +314,9 @@ class SqliteLaneStore:
         lane = self.lane
         snap = LaneSnapshot()
         snap.live = [
-            _ticket(r, lane)
+            ticket_from_row(r, lane)
             for r in self._read(
-                f"SELECT {_TICKET_COLUMNS} FROM tickets WHERE state IN ('queued', 'held') "
+                f"SELECT {TICKET_COLUMNS} FROM tickets WHERE state IN ('queued', 'held') "
                 "ORDER BY seq"
             )
         ]
@@ -475,7 +341,7 @@ class SqliteLaneStore:
                 r["ticket_id"],
             )
         holds = self._read(
-            f"SELECT ended_at - held_at AS d FROM tickets WHERE {_ENDED} AND held_at IS NOT NULL "
+            f"SELECT ended_at - held_at AS d FROM tickets WHERE {ENDED} AND held_at IS NOT NULL "
             "ORDER BY ended_at DESC, seq DESC LIMIT ?",
             (ETA_HOLD_SAMPLE_SIZE,),
         )
@@ -493,49 +359,47 @@ class SqliteLaneStore:
         return snap
 
     def get_ticket(self, ticket_id: str) -> Ticket | None:
-        rows = self._read(
-            f"SELECT {_TICKET_COLUMNS} FROM tickets WHERE ticket_id = ?", (ticket_id,)
-        )
-        return _ticket(rows[0], self.lane) if rows else None
+        rows = self._read(f"SELECT {TICKET_COLUMNS} FROM tickets WHERE ticket_id = ?", (ticket_id,))
+        return ticket_from_row(rows[0], self.lane) if rows else None
 
     def get_receipt(self, receipt_id: str) -> Receipt | None:
         rows = self._read(
-            f"SELECT {_RECEIPT_COLUMNS} FROM receipts WHERE receipt_id = ?", (receipt_id,)
+            f"SELECT {RECEIPT_COLUMNS} FROM receipts WHERE receipt_id = ?", (receipt_id,)
         )
-        return _receipt(rows[0]) if rows else None
+        return receipt_from_row(rows[0]) if rows else None
 
     def recent_receipts(self, limit: int) -> list[Receipt]:
         rows = self._read(
-            f"SELECT {_RECEIPT_COLUMNS} FROM receipts ORDER BY created_at DESC, rowid DESC LIMIT ?",
+            f"SELECT {RECEIPT_COLUMNS} FROM receipts ORDER BY created_at DESC, rowid DESC LIMIT ?",
             (limit,),
         )
-        return [_receipt(r) for r in rows]
+        return [receipt_from_row(r) for r in rows]
 
     def receipts_for_ticket(self, ticket_id: str) -> list[Receipt]:
         rows = self._read(
-            f"SELECT {_RECEIPT_COLUMNS} FROM receipts WHERE ticket_id = ? "
+            f"SELECT {RECEIPT_COLUMNS} FROM receipts WHERE ticket_id = ? "
             "ORDER BY created_at, rowid",
             (ticket_id,),
         )
-        return [_receipt(r) for r in rows]
+        return [receipt_from_row(r) for r in rows]
 
     def history(self, limit: int, project: str | None) -> list[Ticket]:
         if project is None:
             rows = self._read(
-                f"SELECT {_TICKET_COLUMNS} FROM tickets WHERE {_ENDED} "
+                f"SELECT {TICKET_COLUMNS} FROM tickets WHERE {ENDED} "
                 "ORDER BY ended_at DESC, seq DESC LIMIT ?",
                 (limit,),
             )
         else:
             rows = self._read(
-                f"SELECT {_TICKET_COLUMNS} FROM tickets WHERE {_ENDED} AND project = ? "
+                f"SELECT {TICKET_COLUMNS} FROM tickets WHERE {ENDED} AND project = ? "
                 "ORDER BY ended_at DESC, seq DESC LIMIT ?",
                 (project, limit),
             )
-        return [_ticket(r, self.lane) for r in rows]
+        return [ticket_from_row(r, self.lane) for r in rows]
 
     def history_count(self) -> int:
-        return int(self._read(f"SELECT count(*) AS n FROM tickets WHERE {_ENDED}")[0]["n"])
+        return int(self._read(f"SELECT count(*) AS n FROM tickets WHERE {ENDED}")[0]["n"])
 
     def incidents(self, limit: int) -> list[tuple[int, Incident]]:
         rows = self._read(
@@ -565,42 +429,3 @@ class SqliteLaneStore:
                 target.close()
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot back up lane store for {self.lane}") from exc
-
-
-def copy_lane_file(src: Path, dest: Path) -> None:
-    """A consistent copy of a lane file (raw, no migrations applied) via the backup API."""
-    try:
-        make_private_file(dest)
-        s = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
-        d = sqlite3.connect(dest)
-        try:
-            s.backup(d)
-        finally:
-            s.close()
-            d.close()
-    except (sqlite3.Error, OSError) as exc:
-        raise StoreError(f"cannot copy lane file {src.name}") from exc
-
-
-def _coalesce(changes: Sequence[Change]) -> list[Change]:
-    """Drop ticket/counter writes superseded later in the same batch (fewer statements)."""
-    last_ticket: dict[str, int] = {}
-    last_counters = -1
-    for i, ch in enumerate(changes):
-        if isinstance(ch, PutTicket):
-            last_ticket[ch.ticket.ticket_id] = i
-        elif isinstance(ch, PutCounters):
-            last_counters = i
-    out: list[Change] = []
-    for i, ch in enumerate(changes):
-        if isinstance(ch, PutTicket) and last_ticket[ch.ticket.ticket_id] != i:
-            continue
-        if isinstance(ch, PutCounters) and i != last_counters:
-            continue
-        out.append(ch)
-    return out
-
-
-def _split_sql(sql: str) -> list[str]:
-    lines = [ln for ln in sql.splitlines() if not ln.strip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]

@@ -14,7 +14,8 @@ import pytest
 
 from client.config import connect, load_settings
 from client.errors import NotFoundError, NotOwnerError, SyncedFolderError, TicketNotHeldError
-from client.local import LocalQueue, mount_fstype, synced_folder_reason
+from client.local import LocalQueue
+from client.local_fs import mount_fstype, synced_folder_reason
 from tests.client.kit import REPO, lane
 from tests.harness import FakeClock
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.store.files import copy_lane_file
 from coordinator.store.lock import LOCK_NAME
-from coordinator.store.sqlite import copy_lane_file
 from tests.harness import CoordinatorProcess, StartServer, cli, write_config
 
 TOKEN = "hardening-token-0123456789-abcdefghijklmnopqrst"

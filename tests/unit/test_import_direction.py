@@ -28,6 +28,8 @@ import pytest
 PROTOCOL_MODULES = (
     "coordinator.protocol",
     "coordinator.protocol.constants",
+    "coordinator.protocol.control_room",
+    "coordinator.protocol.lane_replies",
     "coordinator.protocol.names",
     "coordinator.protocol.errors",
     "coordinator.protocol.replies",
@@ -35,11 +37,19 @@ PROTOCOL_MODULES = (
     "coordinator.protocol.receipts",
 )
 PROTOCOL_THIRD_PARTY = frozenset({"msgspec", "rfc8785"})
-CLIENT_MODULES = ("client.api", "client.models", "client.errors")
+CLIENT_MODULES = (
+    "client.api",
+    "client.backend",
+    "client.models",
+    "client.errors",
+    "client.transport",
+)
 ENGINE_MODULES = (
     "coordinator.engine",
     "coordinator.engine.commands",
     "coordinator.engine.lane",
+    "coordinator.engine.lane_queue",
+    "coordinator.engine.lane_views",
     "coordinator.engine.model",
     "coordinator.engine.operations",
     "coordinator.engine.receipts",

@@ -30,7 +30,8 @@ from coordinator.engine.model import (
     TicketState,
 )
 from coordinator.errors import StoreError
-from coordinator.store.sqlite import SqliteLaneStore, migrations
+from coordinator.store.migrate import migrations
+from coordinator.store.sqlite import SqliteLaneStore
 
 from .kit import LANE, T0, Harness, make_settings
 

@@ -1,0 +1,158 @@
+"""The app's keys and the middlewares every request goes through: errors in SPEC's shape
+(never a traceback), request metrics and logs, bearer-token auth, and the reply headers."""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Awaitable, Callable
+
+import msgspec
+import structlog
+from aiohttp import web, web_response
+
+from coordinator.actor.registry import LaneRegistry
+from coordinator.config import Config
+from coordinator.constants import (
+    COORDINATOR_KIND,
+)
+from coordinator.http.presence import Presence
+from coordinator.http.server import SERVER_HEADER, RateLimitedLog
+from coordinator.metrics import Metrics
+from coordinator.protocol import replies as wire
+from coordinator.protocol.errors import (
+    BadRequest,
+    LaneError,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    Unauthorized,
+    Unavailable,
+)
+from coordinator.service import LaneService
+
+log = structlog.get_logger("coordinator.http")
+
+CONFIG_KEY = web.AppKey("config", Config)
+TOKENS_KEY = web.AppKey("tokens", list)
+CLOCK_KEY = web.AppKey("clock", object)
+REGISTRY_KEY = web.AppKey("registry", LaneRegistry)
+SERVICE_KEY = web.AppKey("service", LaneService)
+PRESENCE_KEY = web.AppKey("presence", Presence)
+METRICS_KEY = web.AppKey("metrics", Metrics)
+UNAUTHORIZED_LOG_KEY = web.AppKey("unauthorized_log", RateLimitedLog)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+WWW_AUTHENTICATE = 'Bearer realm="lane-coordinator"'
+# SERVER_HEADER (server.py): "lane-coordinator", never the Python or aiohttp version.
+# aiohttp stamps "Server: Python/3.x aiohttp/3.x" on every reply, the ones it writes itself
+# for a request it cannot parse included (no app signal runs for those): name us instead.
+setattr(web_response, "SERVER_SOFTWARE", SERVER_HEADER)  # noqa: B010
+
+
+def json_reply(reply: wire.Wire, status: int = 200) -> web.Response:
+    """A protocol reply, encoded (every /v1 reply already names its `coordinator`)."""
+    return web.Response(
+        body=msgspec.json.encode(reply), status=status, content_type="application/json"
+    )
+
+
+def _error(
+    request: web.Request, exc: LaneError, headers: dict[str, str] | None = None
+) -> web.Response:
+    """The error shape; under /v1 it carries `coordinator` like every /v1 reply."""
+    v1 = request.path.startswith("/v1/")
+    resp = json_reply(exc.reply(COORDINATOR_KIND if v1 else None), exc.status)
+    if exc.status == 401:  # RFC 6750: say which scheme to use
+        resp.headers["WWW-Authenticate"] = WWW_AUTHENTICATE
+    if headers:
+        resp.headers.update(headers)
+    return resp
+
+
+def _http_error(request: web.Request, exc: web.HTTPException) -> tuple[LaneError, dict[str, str]]:
+    """aiohttp's own refusals, in SPEC's codes (a wrong method is a 405 with an Allow header)."""
+    if isinstance(exc, web.HTTPRequestEntityTooLarge):
+        return PayloadTooLarge("body: larger than the configured max_body_bytes"), {}
+    if isinstance(exc, web.HTTPNotFound):
+        return NotFound(f"path: no endpoint {request.path}"), {}
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        allowed = ", ".join(sorted(exc.allowed_methods))
+        msg = f"method: {request.method} is not allowed on {request.path}; use {allowed}"
+        return MethodNotAllowed(msg), {"Allow": allowed}
+    return BadRequest(exc.reason), {}
+
+
+# ---------------------------------------------------------------- middlewares
+
+
+async def reply_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """on_response_prepare: every reply of the app, errors and redirects included."""
+    response.headers["Server"] = SERVER_HEADER
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    path = request.path
+    if path == "/v1" or path.startswith("/v1/") or path == "/metrics":
+        response.headers.setdefault("Cache-Control", "no-store")  # token-gated data
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    started = time.perf_counter()
+    status = 500
+    try:
+        resp = await handler(request)
+        status = resp.status
+        return resp
+    except web.HTTPException as exc:
+        if exc.status in (301, 302, 303, 307, 308):
+            status = exc.status
+            raise
+        err, headers = _http_error(request, exc)
+        status = err.status
+        return _error(request, err, headers)
+    except LaneError as exc:
+        status = exc.status
+        return _error(request, exc)
+    except Exception as exc:  # never a traceback or a 500 to the caller
+        status = 503
+        log.error("http.internal_error", path=request.path, error=type(exc).__name__)
+        return _error(request, Unavailable("internal error; the request was not applied"))
+    finally:
+        log.debug(
+            "http.request",
+            method=request.method,
+            path=request.path,
+            status=status,
+            ms=round((time.perf_counter() - started) * 1000, 2),
+        )
+        resource = request.match_info.route.resource  # canonical path: bounded labels
+        request.app[METRICS_KEY].http_request(
+            resource.canonical if resource is not None else None,
+            request.method,
+            status,
+            time.perf_counter() - started,
+        )
+
+
+def _authorized(request: web.Request) -> bool:
+    header = request.headers.get("Authorization", "")
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer" or not given:
+        return False
+    given_b = given.strip().encode("utf-8", "surrogateescape")
+    ok = False
+    for token in request.app[TOKENS_KEY]:
+        ok |= hmac.compare_digest(given_b, token)
+    return ok
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    protected = request.path.startswith("/v1/") or request.path in ("/v1", "/metrics")
+    if protected and not _authorized(request):
+        # A wrong token can come as fast as a client sends it: one line a minute at most,
+        # counting them, never the token or the path. The body is never read or decoded.
+        request.app[UNAUTHORIZED_LOG_KEY](remote=request.remote)
+        raise Unauthorized("Authorization: a valid bearer token is required")
+    return await handler(request)

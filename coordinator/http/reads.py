@@ -1,0 +1,203 @@
+"""The read-only routes: the control room's reads (lanes, incidents, machines, overview,
+evidence), its page and packaged assets, and the public and metrics paths."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from aiohttp import web
+
+from coordinator.clock import Clock
+from coordinator.constants import (
+    COORDINATOR_KIND,
+    DEFAULT_INCIDENTS_LIMIT,
+    MAX_IDENTITY_CHARS,
+    MAX_INCIDENTS_LIMIT,
+    OVERVIEW_DEFAULT_HISTORY,
+    OVERVIEW_DEFAULT_LOG_LIMIT,
+    OVERVIEW_DEFAULT_QUEUED,
+    OVERVIEW_DEFAULT_RECEIPTS,
+    OVERVIEW_MAX_HISTORY,
+    OVERVIEW_MAX_LOG_LIMIT,
+    RECENT_RECEIPTS_LIMIT,
+    STATUS_QUEUED_LIMIT,
+)
+from coordinator.http.middleware import (
+    CLOCK_KEY,
+    METRICS_KEY,
+    PRESENCE_KEY,
+    SERVICE_KEY,
+    json_reply,
+)
+from coordinator.http.openapi import openapi_bytes
+from coordinator.metrics import CONTENT_TYPE
+from coordinator.protocol import replies as wire
+from coordinator.protocol.errors import (
+    BadRequest,
+    NotFound,
+)
+from coordinator.protocol.names import parse_lane
+from coordinator.service import OverviewQuery
+
+
+def _query_lane(request: web.Request, required: bool) -> str | None:
+    """`lane=route:account`; absent means every lane where that is allowed. An empty value is
+    not a lane name (400), as the schema says."""
+    lane = request.query.get("lane")
+    if required and not lane:
+        raise BadRequest("lane: required query parameter")
+    if lane is None:
+        return None
+    parse_lane(lane)
+    return lane
+
+
+def _query_int(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name}: must be an integer") from None
+    if not lo <= value <= hi:
+        raise BadRequest(f"{name}: must be between {lo} and {hi}")
+    return value
+
+
+async def list_lanes(request: web.Request) -> web.Response:
+    return json_reply(await request.app[SERVICE_KEY].lanes())
+
+
+async def list_incidents(request: web.Request) -> web.Response:
+    lane = _query_lane(request, required=False)
+    limit = _query_int(request, "limit", DEFAULT_INCIDENTS_LIMIT, 1, MAX_INCIDENTS_LIMIT)
+    return json_reply(await request.app[SERVICE_KEY].incidents(lane, limit))
+
+
+async def list_machines(request: web.Request) -> web.Response:
+    clock: Clock = request.app[CLOCK_KEY]  # type: ignore[assignment]
+    now = clock.now()
+    machines = request.app[PRESENCE_KEY].view(now)
+    return json_reply(wire.MachinesReply(coordinator=COORDINATOR_KIND, machines=machines, now=now))
+
+
+async def overview(request: web.Request) -> web.Response:
+    """The control room's whole refresh in one bounded read (see LaneService.overview)."""
+    project = request.query.get("project")
+    if project == "":
+        raise BadRequest("project: empty; leave it out for every project")
+    if project is not None and len(project) > MAX_IDENTITY_CHARS:
+        raise BadRequest(f"project: at most {MAX_IDENTITY_CHARS} characters")
+    q = OverviewQuery(
+        history=_query_int(request, "history", OVERVIEW_DEFAULT_HISTORY, 0, OVERVIEW_MAX_HISTORY),
+        queued=_query_int(request, "queued", OVERVIEW_DEFAULT_QUEUED, 0, STATUS_QUEUED_LIMIT),
+        receipts=_query_int(
+            request, "receipts", OVERVIEW_DEFAULT_RECEIPTS, 0, RECENT_RECEIPTS_LIMIT
+        ),
+        incidents=_query_int(request, "incidents", DEFAULT_INCIDENTS_LIMIT, 1, MAX_INCIDENTS_LIMIT),
+        lane=_query_lane(request, required=False),
+        project=project,
+        limit=_query_int(request, "limit", OVERVIEW_DEFAULT_LOG_LIMIT, 1, OVERVIEW_MAX_LOG_LIMIT),
+    )
+    reply = await request.app[SERVICE_KEY].overview(q)
+    reply.machines = request.app[PRESENCE_KEY].view(reply.now)
+    return json_reply(reply)
+
+
+async def evidence(request: web.Request) -> web.Response:
+    lane = _query_lane(request, required=True)
+    assert lane is not None
+    ticket_id = request.query.get("ticketId") or None
+    return json_reply(await request.app[SERVICE_KEY].evidence(lane, ticket_id))
+
+
+async def dashboard(request: web.Request) -> web.Response:
+    raise web.HTTPFound("/control-room")
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = request.app[METRICS_KEY].render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+async def openapi_json(request: web.Request) -> web.Response:
+    return web.Response(body=openapi_bytes(), content_type="application/json")
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return json_reply(wire.Healthz(ok=True))
+
+
+def control_room_html() -> bytes:
+    page = resources.files("coordinator.http") / "static" / "control-room.html"
+    return page.read_bytes()
+
+
+# The control room's own script and style, shipped in the package (no CDN, no build): a fixed
+# list of file names, never a path taken from the request. The script is native ES modules:
+# control-room.js is the entry (<script type="module">) and imports the others by
+# './name.js', so every module it reaches must be named here (tests/integration/
+# test_control_room_assets.py walks the imports). Module scripts need a JavaScript type.
+_CONTROL_ROOM_MODULES = (
+    "control-room.js",  # entry: render() and the wiring
+    "config.js",
+    "api.js",
+    "state.js",
+    "dom.js",
+    "format.js",
+    "view.js",
+    "widgets.js",
+    "session.js",
+    "alerts.js",
+    "lanes.js",
+    "timeline.js",
+    "log.js",
+    "receipts.js",
+    "incidents.js",
+    "computers.js",
+    "evidence.js",
+)
+CONTROL_ROOM_ASSETS: dict[str, str] = {
+    **{name: "text/javascript" for name in _CONTROL_ROOM_MODULES},
+    "control-room.css": "text/css",
+}
+
+
+_CONTROL_ROOM_HEADERS = {
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+async def control_room_asset(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    content_type = CONTROL_ROOM_ASSETS.get(name)
+    if content_type is None:
+        raise NotFound(f"path: no control-room asset {name!r}")
+    body = (resources.files("coordinator.http") / "static" / name).read_bytes()
+    return web.Response(
+        body=body,
+        content_type=content_type,
+        charset="utf-8",
+        headers=_CONTROL_ROOM_HEADERS,
+    )
+
+
+async def control_room(request: web.Request) -> web.Response:
+    return web.Response(
+        body=control_room_html(),
+        content_type="text/html",
+        charset="utf-8",
+        headers={
+            "Content-Security-Policy": (
+                "default-src 'none'; script-src 'self'; "
+                "style-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; "
+                "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+            ),
+            "Cache-Control": "no-store",
+            "Referrer-Policy": "no-referrer",
+            "X-Content-Type-Options": "nosniff",
+        },
+    )
