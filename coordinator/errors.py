@@ -40,7 +40,12 @@ __all__ = [
 
 
 class StoreError(Unavailable):
-    """A storage driver failure, wrapped at the store boundary (never the driver's text)."""
+    """A storage driver failure, wrapped at the store boundary (never the driver's text).
+    `reason`: a short, safe cause when known ("EMFILE", "corrupt file (...)", ...)."""
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class ConfigError(Exception):

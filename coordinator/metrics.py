@@ -56,6 +56,8 @@ class LaneObserver(Protocol):
 
     def lane_state(self, lane: str, held: int, queued: int, paused: bool) -> None: ...
 
+    def lane_open_failures(self, count: int) -> None: ...
+
 
 class NullMetrics:
     """The default observer: records nothing."""
@@ -64,6 +66,9 @@ class NullMetrics:
         return None
 
     def lane_state(self, lane: str, held: int, queued: int, paused: bool) -> None:
+        return None
+
+    def lane_open_failures(self, count: int) -> None:
         return None
 
 
@@ -113,6 +118,11 @@ class Metrics:
         self.queue_depth = Gauge("lanes_queue_depth", "Queued tickets", ["lane"], registry=r)
         self.holders = Gauge("lanes_holders", "Held tickets", ["lane"], registry=r)
         self.paused = Gauge("lanes_paused", "1 while the lane is paused", ["lane"], registry=r)
+        self.open_failures = Gauge(
+            "lanes_open_failures",
+            "Lane files that cannot be opened or read (the lane.open_failed log names them)",
+            registry=r,
+        )
         self.wait = Histogram(
             "lanes_wait_seconds",
             "Enqueue to grant, per granted ticket",
@@ -209,6 +219,9 @@ class Metrics:
             series.holders.set(held)
             series.queue_depth.set(queued)
             series.paused.set(1 if paused else 0)
+
+    def lane_open_failures(self, count: int) -> None:
+        self.open_failures.set(count)
 
     def _series(self, lane: str) -> _LaneSeries:
         series = self._lanes.get(lane)

@@ -62,7 +62,7 @@ from coordinator.engine.views import (
     outcome_counts,
     receipt_summary,
 )
-from coordinator.errors import NotFound
+from coordinator.errors import NotFound, StoreError
 from coordinator.protocol import replies as wire
 
 R = TypeVar("R")
@@ -200,6 +200,10 @@ class LaneService:
                 out.append(await self._job(lane, job))
             except _NoLane:
                 out.append(self._empty_core(lane).summary(self.clock.now()))
+            except StoreError as exc:  # this lane's file cannot be opened: report it
+                summary = self._empty_core(lane).summary(self.clock.now())
+                summary.error = exc.reason or exc.message
+                out.append(summary)
         return wire.LanesReply(coordinator=COORDINATOR_KIND, lanes=out, now=self.clock.now())
 
     async def incidents(self, lane: str | None, limit: int) -> wire.IncidentsReply:
@@ -215,6 +219,10 @@ class LaneService:
 
             try:
                 rows.extend(await self._job(name, job))
+            except StoreError:
+                if lane is not None:
+                    raise  # asked for this lane: 503 with the reason
+                continue  # one broken lane (reported by /v1/lanes) hides no other's incidents
             except _NoLane:
                 continue
         rows.sort(key=lambda r: (r.at, r.id), reverse=True)
@@ -300,7 +308,7 @@ class LaneService:
 
         try:
             result: _LaneView = await self._job(lane, job)
-        except _NoLane:
+        except (_NoLane, StoreError):  # a broken lane: listed empty (/v1/lanes says why)
             status = self._empty_core(lane).status(self.clock.now(), q.queued)
             result = _LaneView(_overview_lane(status), [], [])
         return result

@@ -14,10 +14,10 @@ from coordinator.actor.lane_actor import LaneActor
 from coordinator.clock import Clock
 from coordinator.config import Config
 from coordinator.constants import JANITOR_INTERVAL_SECONDS, LANE_IDLE_CLOSE_SECONDS, STORE_THREADS
-from coordinator.errors import ConfigError
+from coordinator.errors import ConfigError, StoreError
 from coordinator.metrics import NULL_METRICS, LaneObserver
 from coordinator.names import lane_file_name, lane_from_file_name
-from coordinator.store.files import make_private_dir
+from coordinator.store.files import is_empty_file, make_private_dir, open_failure_reason
 from coordinator.store.lock import DataDirLock
 from coordinator.store.sqlite import SqliteLaneStore
 
@@ -36,6 +36,7 @@ class LaneRegistry:
         self._actors: dict[str, LaneActor] = {}
         self._opening: dict[str, asyncio.Task[LaneActor]] = {}
         self._janitor: asyncio.Task[None] | None = None
+        self._failed: dict[str, str] = {}  # lane -> why its file cannot be opened or read
         self._closing = False
         self._draining = False
         self._lock = DataDirLock(data_dir)
@@ -44,12 +45,22 @@ class LaneRegistry:
         return self.data_dir / lane_file_name(lane)
 
     def lanes_on_disk(self) -> list[str]:
+        """Lanes with a file; a 0-byte file (an older version's failed first open) is not
+        one: its lane has no file yet, and the next acquire replaces it atomically."""
         out = []
         for p in sorted(self.data_dir.iterdir()):
             lane = lane_from_file_name(p.name)
-            if lane is not None and p.is_file():
+            if lane is not None and p.is_file() and not is_empty_file(p):
                 out.append(lane)
         return out
+
+    def _has_file(self, lane: str) -> bool:
+        path = self.path_for(lane)
+        return path.exists() and not is_empty_file(path)
+
+    def lane_error(self, lane: str) -> str | None:
+        """Why the lane's file could not be opened or read at its last attempt (None: fine)."""
+        return self._failed.get(lane)
 
     def known_lanes(self) -> list[str]:
         return sorted(set(self.lanes_on_disk()) | set(self.config.lanes) | set(self._actors))
@@ -62,11 +73,17 @@ class LaneRegistry:
             log.warning("data_dir.not_private", data_dir=str(self.data_dir), hint="chmod 700")
         make_private_dir(self.data_dir)
         self._lock.acquire()
+        for p in sorted(self.data_dir.iterdir()):
+            if lane_from_file_name(p.name) is not None and is_empty_file(p):
+                log.warning("lane.empty_file_ignored", file=p.name, hint="no lane yet")
         for lane in self.lanes_on_disk():
             if self.config.lane_settings(lane) is None:
                 log.warning("lane.unenforced_file_ignored", lane=lane)
                 continue
-            actor = await self.get(lane, create=False)
+            try:
+                actor = await self.get(lane, create=False)
+            except StoreError:
+                continue  # logged and counted by _open; every other lane is served
             if actor is not None and actor.idle():
                 await self._close(lane)
             elif actor is not None:
@@ -84,7 +101,7 @@ class LaneRegistry:
             return actor
         task = self._opening.get(lane)
         if task is None:
-            if not create and not self.path_for(lane).exists():
+            if not create and not self._has_file(lane):
                 return None
             task = asyncio.create_task(self._open(lane), name=f"lane-open:{lane}")
             self._opening[lane] = task
@@ -101,10 +118,27 @@ class LaneRegistry:
         actor = LaneActor(lane, settings, store, self.executor, self.clock, self.metrics)
         if self._draining:
             actor.drain()
-        await actor.start()
+        try:
+            await actor.start()
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                await actor.stop()  # closes the store
+            raise self._open_failed(lane, exc) from exc
         self._actors[lane] = actor
+        if self._failed.pop(lane, None) is not None:
+            self.metrics.lane_open_failures(len(self._failed))
         log.info("lane.opened", lane=lane)
         return actor
+
+    def _open_failed(self, lane: str, exc: Exception) -> StoreError:
+        """Record, log and count a lane whose file cannot be opened or read; the file is left
+        exactly as it is. Its operations answer 503 with the reason; other lanes go on."""
+        reason = open_failure_reason(exc)
+        if self._failed.get(lane) != reason:  # log each new reason once, not every request
+            log.error("lane.open_failed", lane=lane, file=self.path_for(lane).name, reason=reason)
+        self._failed[lane] = reason
+        self.metrics.lane_open_failures(len(self._failed))
+        return StoreError(f"lane {lane} cannot be opened: {reason}", reason=reason)
 
     async def _close(self, lane: str) -> None:
         actor = self._actors.pop(lane, None)

@@ -25,7 +25,10 @@ from coordinator.protocol.lane_replies import (
 
 
 class LaneSummary(Wire, kw_only=True):
-    """A known lane: its capacity (null: unenforced), held and queued counts, pause."""
+    """A known lane: its capacity (null: unenforced), held and queued counts, pause.
+    `error` (absent when the lane is fine): why its file cannot be opened or read, e.g.
+    "corrupt file (file is not a database)", "EMFILE", "ENOSPC", "edited migration"; the
+    counts are then 0 and the lane's operations answer 503 `unavailable`."""
 
     lane: str
     enforced: bool
@@ -33,6 +36,7 @@ class LaneSummary(Wire, kw_only=True):
     held: int
     queued: int
     pause: Pause | None = None
+    error: str | UnsetType = UNSET
 
 
 class LanesReply(Reply, kw_only=True):

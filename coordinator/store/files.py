@@ -4,8 +4,11 @@ and a consistent raw copy of a lane file through SQLite's backup API."""
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
 import sqlite3
+import stat
 from pathlib import Path
 
 from coordinator.errors import StoreError
@@ -58,3 +61,101 @@ def copy_lane_file(src: Path, dest: Path) -> None:
             d.close()
     except (sqlite3.Error, OSError) as exc:
         raise StoreError(f"cannot copy lane file {src.name}") from exc
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+_SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
+
+
+def temp_lane_path(path: Path) -> Path:
+    """A temporary name next to a lane file: starts with a dot and does not end in the lane
+    suffix, so it is never read as a lane (`lane_from_file_name`)."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
+
+
+def remove_lane_file(path: Path) -> None:
+    """Remove a (temporary) lane file and its -wal/-shm/-journal; missing ones are fine."""
+    for suffix in ("", *_SIDE_SUFFIXES):
+        with contextlib.suppress(FileNotFoundError):
+            path.with_name(path.name + suffix).unlink()
+
+
+def fsync_path(path: Path, *, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def is_empty_file(path: Path) -> bool:
+    """True when path is a 0-byte regular file (an older version's failed first open)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size == 0
+
+
+def check_lane_header(path: Path) -> None:
+    """Refuse, without writing anything, an existing non-empty file that is not SQLite.
+    Raises OSError when it cannot be read, StoreError when it is not a database."""
+    with path.open("rb") as f:
+        head = f.read(len(SQLITE_HEADER))
+    if head and head != SQLITE_HEADER:
+        raise StoreError(
+            f"lane file {path.name}: corrupt file (file is not a database)",
+            reason="corrupt file (file is not a database)",
+        )
+
+
+def publish_lane_file(tmp: Path, path: Path) -> None:
+    """Move a complete, fsynced new lane file into place, atomically and without ever
+    replacing a lane file that has content: link (no-clobber) when the name is free; over a
+    0-byte file (left by an older version's failed first open) only while it still is that
+    same empty file, under an flock of it so that processes sharing the dir take turns.
+    Another process's lane file that appeared meanwhile wins: the caller then opens that."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        _replace_empty(tmp, path)
+    fsync_path(path.parent, directory=True)
+
+
+def _replace_empty(tmp: Path, path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return  # removed meanwhile: the next open creates it again
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        st, now = os.fstat(fd), path.stat()
+        if st.st_size == 0 and (st.st_ino, st.st_dev) == (now.st_ino, now.st_dev):
+            os.replace(tmp, path)
+    finally:
+        os.close(fd)
+
+
+def open_failure_reason(exc: BaseException) -> str:
+    """A short, safe reason for a lane that cannot be opened: the errno's name (EMFILE,
+    ENOSPC, ...), "corrupt file (...)", "edited migration", or the store's own message."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        reason = getattr(seen, "reason", None)
+        if isinstance(reason, str):
+            return reason
+        if isinstance(seen, OSError) and seen.errno:
+            return errno.errorcode.get(seen.errno, f"errno {seen.errno}")
+        if isinstance(seen, sqlite3.DatabaseError):
+            text = str(seen)
+            if "not a database" in text or "malformed" in text:
+                return f"corrupt file ({text})"
+            if "disk is full" in text or "database or disk is full" in text:
+                return "ENOSPC"
+            if "unable to open" in text:
+                return "cannot open file"
+            return type(seen).__name__
+        if "was edited after it was applied" in str(seen):
+            return "edited migration"
+        seen = seen.__cause__ or seen.__context__
+    return type(exc).__name__

@@ -42,7 +42,8 @@ def apply_migrations(db: sqlite3.Connection, lane: str, max_migration: int | Non
                 if applied[version][1] != digest:
                     raise StoreError(
                         f"migration {name} was edited after it was applied; "
-                        "add a new numbered migration instead"
+                        "add a new numbered migration instead",
+                        reason="edited migration",
                     )
                 continue
             for statement in _split_sql(sql):

@@ -42,7 +42,16 @@ from coordinator.engine.model import (
 )
 from coordinator.engine.store import LaneHead
 from coordinator.errors import StoreError
-from coordinator.store.files import make_private_file
+from coordinator.store.files import (
+    check_lane_header,
+    fsync_path,
+    is_empty_file,
+    make_private_file,
+    open_failure_reason,
+    publish_lane_file,
+    remove_lane_file,
+    temp_lane_path,
+)
 from coordinator.store.migrate import apply_migrations
 from coordinator.store.rows import (
     ENDED,
@@ -85,6 +94,46 @@ class SqliteLaneStore:
         return self._db is not None
 
     def open(self) -> None:
+        """Open the lane file, creating it atomically when it does not exist yet (or is an
+        empty file an older version left): a new file is made and migrated under a temporary
+        name, fsynced and only then moved into place, so a failed first open leaves no lane
+        file. An existing file that is not SQLite is refused before SQLite touches it.
+        Raises StoreError, with a short `reason` (see files.open_failure_reason)."""
+        try:
+            if is_empty_file(self.path) or not self.path.exists():
+                self._create()
+            check_lane_header(self.path)
+        except StoreError as exc:
+            self.close()
+            if exc.reason is None:
+                exc.reason = open_failure_reason(exc)
+            raise
+        except (OSError, sqlite3.Error) as exc:
+            self.close()
+            raise self._open_error(exc) from exc
+        self._open_existing()
+
+    def _open_error(self, exc: BaseException) -> StoreError:
+        reason = open_failure_reason(exc)
+        return StoreError(f"cannot open lane store for {self.lane}: {reason}", reason=reason)
+
+    def _create(self) -> None:
+        tmp = temp_lane_path(self.path)
+        try:
+            fresh = SqliteLaneStore(
+                tmp, self.lane, max_migration=self._max_migration, busy_timeout_ms=0
+            )
+            try:
+                fresh._open_once()
+                fresh._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                fresh.close()
+            fsync_path(tmp)
+            publish_lane_file(tmp, self.path)
+        finally:
+            remove_lane_file(tmp)
+
+    def _open_existing(self) -> None:
         # Several processes opening a new file at once (the client's local queue) can find it
         # locked while one of them switches it to WAL: SQLite answers that without waiting on
         # the busy handler, so the whole open is tried again, a bounded number of times.
@@ -95,22 +144,24 @@ class SqliteLaneStore:
             except sqlite3.OperationalError as exc:
                 self.close()
                 if "locked" not in str(exc) and "busy" not in str(exc):
-                    raise StoreError(f"cannot open lane store for {self.lane}") from exc
+                    raise self._open_error(exc) from exc
                 if attempt == OPEN_ATTEMPTS - 1:
                     raise StoreError(f"lane store for {self.lane} stayed locked") from exc
                 time.sleep(OPEN_RETRY_SECONDS)
             except sqlite3.Error as exc:
                 self.close()
-                raise StoreError(f"cannot open lane store for {self.lane}") from exc
-            except StoreError:  # e.g. an edited migration: refuse, and leave the store closed
+                raise self._open_error(exc) from exc
+            except StoreError as exc:  # e.g. an edited migration: refuse, leave it closed
                 self.close()
+                if exc.reason is None:
+                    exc.reason = open_failure_reason(exc)
                 raise
 
     def _open_once(self) -> None:
         try:
             make_private_file(self.path)  # SQLite gives the -wal and -shm files the same mode
         except OSError as exc:
-            raise StoreError(f"cannot open lane store for {self.lane}") from exc
+            raise self._open_error(exc) from exc
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
         self._db = db  # set first, so a failure below closes it
         db.row_factory = sqlite3.Row
