@@ -18,7 +18,8 @@ comes from numbered migrations in `pg_migrations/`, each recorded with its sha25
 `schema_migrations`; `migrate(dsn)` applies them (under an advisory lock, so replicas starting
 together take turns), `open()` only checks that the database is current. Messages and logs
 never carry the DSN's password (`redact_dsn`). The database side (connections, migrations,
-queries over every lane) is in postgres_db.py, the writes in postgres_writes.py.
+queries over every lane) is in postgres_db.py, the writes in postgres_writes.py, the columns
+and the row mapping shared with the SQLite store in rows.py.
 """
 
 from __future__ import annotations
@@ -38,10 +39,8 @@ from coordinator.engine.model import (
     Incident,
     IncidentKind,
     LaneSnapshot,
-    Pause,
     Receipt,
     Ticket,
-    TicketState,
 )
 from coordinator.engine.store import LaneHead
 from coordinator.errors import StoreError
@@ -55,7 +54,17 @@ from coordinator.store.postgres_db import (
     redact_dsn,
     schema_status,
 )
-from coordinator.store.postgres_writes import ENDED, RECEIPT_COLUMNS, TICKET_COLUMNS, write_changes
+from coordinator.store.postgres_writes import write_changes
+from coordinator.store.rows import (
+    ENDED,
+    PAUSE_COLUMNS,
+    RECEIPT_COLUMNS,
+    TICKET_COLUMNS,
+    incident_from_row,
+    pause_from_row,
+    receipt_from_row,
+    ticket_from_row,
+)
 
 __all__ = [
     "Conn",
@@ -68,48 +77,6 @@ __all__ = [
     "redact_dsn",
     "schema_status",
 ]
-
-
-# ---------------------------------------------------------------- rows
-
-
-def _ticket(row: DictRow, lane: str) -> Ticket:
-    return Ticket(
-        ticket_id=row["ticket_id"],
-        lane=lane,
-        state=TicketState(row["state"]),
-        machine_id=row["machine_id"],
-        claim_id=row["claim_id"],
-        project=row["project"],
-        scene=row["scene"],
-        prompt_hash=row["prompt_hash"],
-        seq=row["seq"],
-        enqueued_at=row["enqueued_at"],
-        lease_seconds=row["lease_seconds"],
-        last_seen_at=row["last_seen_at"],
-        held_at=row["held_at"],
-        lease_expires_at=row["lease_expires_at"],
-        heartbeat_at=row["heartbeat_at"],
-        fence=row["fence"],
-        outcome=row["outcome"],
-        late_outcome=row["late_outcome"],
-        provider_job_id=row["provider_job_id"],
-        note=row["note"],
-        ended_at=row["ended_at"],
-    )
-
-
-def _receipt(row: DictRow) -> Receipt:
-    return Receipt(
-        receipt_id=row["receipt_id"],
-        ticket_id=row["ticket_id"],
-        phase=row["phase"],
-        machine_id=row["machine_id"],
-        payload_json=row["payload"],
-        content_hash=row["content_hash"],
-        content_hash_verified=row["content_hash_verified"],
-        created_at=row["created_at"],
-    )
 
 
 # ---------------------------------------------------------------- the store
@@ -286,7 +253,7 @@ class PostgresLaneStore:
         lane = self.lane
         snap = LaneSnapshot()
         snap.live = [
-            _ticket(r, lane)
+            ticket_from_row(r, lane)
             for r in self._read(
                 f"SELECT {TICKET_COLUMNS} FROM tickets "
                 "WHERE lane = %s AND state IN ('queued', 'held') ORDER BY seq",
@@ -305,20 +272,11 @@ class PostgresLaneStore:
             for r in self._read("SELECT project, last_fence FROM projects WHERE lane = %s", (lane,))
         }
         rows = self._read(
-            "SELECT reason_code, started_at, until, machine_id, claim_id, ticket_id FROM pauses "
-            "WHERE lane = %s",
+            f"SELECT {PAUSE_COLUMNS} FROM pauses WHERE lane = %s",
             (lane,),
         )
         if rows:
-            r = rows[0]
-            snap.pause = Pause(
-                r["reason_code"],
-                r["started_at"],
-                r["until"],
-                r["machine_id"],
-                r["claim_id"],
-                r["ticket_id"],
-            )
+            snap.pause = pause_from_row(rows[0])
         holds = self._read(
             f"SELECT ended_at - held_at AS d FROM tickets WHERE lane = %s AND {ENDED} "
             "AND held_at IS NOT NULL ORDER BY ended_at DESC, seq DESC LIMIT %s",
@@ -342,14 +300,14 @@ class PostgresLaneStore:
             f"SELECT {TICKET_COLUMNS} FROM tickets WHERE lane = %s AND ticket_id = %s",
             (self.lane, ticket_id),
         )
-        return _ticket(rows[0], self.lane) if rows else None
+        return ticket_from_row(rows[0], self.lane) if rows else None
 
     def get_receipt(self, receipt_id: str) -> Receipt | None:
         rows = self._read(
             f"SELECT {RECEIPT_COLUMNS} FROM receipts WHERE lane = %s AND receipt_id = %s",
             (self.lane, receipt_id),
         )
-        return _receipt(rows[0]) if rows else None
+        return receipt_from_row(rows[0]) if rows else None
 
     def recent_receipts(self, limit: int) -> list[Receipt]:
         rows = self._read(
@@ -357,7 +315,7 @@ class PostgresLaneStore:
             "ORDER BY created_at DESC, id DESC LIMIT %s",
             (self.lane, limit),
         )
-        return [_receipt(r) for r in rows]
+        return [receipt_from_row(r) for r in rows]
 
     def receipts_for_ticket(self, ticket_id: str) -> list[Receipt]:
         rows = self._read(
@@ -365,7 +323,7 @@ class PostgresLaneStore:
             "ORDER BY created_at, id",
             (self.lane, ticket_id),
         )
-        return [_receipt(r) for r in rows]
+        return [receipt_from_row(r) for r in rows]
 
     def history(self, limit: int, project: str | None) -> list[Ticket]:
         if project is None:
@@ -380,7 +338,7 @@ class PostgresLaneStore:
                 "AND project = %s ORDER BY ended_at DESC, seq DESC LIMIT %s",
                 (self.lane, project, limit),
             )
-        return [_ticket(r, self.lane) for r in rows]
+        return [ticket_from_row(r, self.lane) for r in rows]
 
     def history_count(self) -> int:
         rows = self._read(
@@ -394,16 +352,4 @@ class PostgresLaneStore:
             "ORDER BY id DESC LIMIT %s",
             (self.lane, limit),
         )
-        out = []
-        for r in rows:
-            try:
-                detail = json.loads(r["detail"])
-            except ValueError:
-                detail = {}
-            out.append(
-                (
-                    int(r["id"]),
-                    Incident(r["kind"], r["at"], r["ticket_id"], r["machine_id"], detail),
-                )
-            )
-        return out
+        return [incident_from_row(r) for r in rows]

@@ -1,23 +1,39 @@
-"""The SQL a lane store shares and the mapping between rows and engine records: the
-ticket and receipt columns, a ticket/receipt from its row, and the coalescing of a batch of
-changes before it is written (coordinator/store/sqlite.py)."""
+"""What the lane stores share (coordinator/store/sqlite.py and postgres.py): the ticket,
+receipt and pause columns, the ticket upsert, the parameters a ticket/receipt/pause is written
+with, a ticket/receipt/pause/incident from its row (sqlite3.Row or psycopg's DictRow), and the
+coalescing of a batch of changes before it is written."""
 
 from __future__ import annotations
 
-import sqlite3
+import json
 from collections.abc import Sequence
+from typing import Any, Protocol
 
-from coordinator.engine.model import Change, PutCounters, PutTicket, Receipt, Ticket, TicketState
+from coordinator.engine.model import (
+    Change,
+    Incident,
+    Pause,
+    PutCounters,
+    PutTicket,
+    Receipt,
+    Ticket,
+    TicketState,
+)
+
+
+class Row(Protocol):
+    """A result row by column name: sqlite3.Row or psycopg's DictRow."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
 
 TICKET_COLUMNS = (
     "ticket_id, seq, state, machine_id, claim_id, project, scene, prompt_hash, enqueued_at, "
     "lease_seconds, last_seen_at, held_at, lease_expires_at, heartbeat_at, fence, outcome, "
     "late_outcome, provider_job_id, note, ended_at"
 )
-TICKET_UPSERT = (
-    f"INSERT INTO tickets ({TICKET_COLUMNS}) VALUES "
-    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (ticket_id) DO UPDATE SET state = excluded.state, "
+_TICKET_UPDATE = (
+    "DO UPDATE SET state = excluded.state, "
     "last_seen_at = excluded.last_seen_at, held_at = excluded.held_at, "
     "lease_seconds = excluded.lease_seconds, "
     "lease_expires_at = excluded.lease_expires_at, heartbeat_at = excluded.heartbeat_at, "
@@ -25,14 +41,30 @@ TICKET_UPSERT = (
     "provider_job_id = excluded.provider_job_id, note = excluded.note, "
     "ended_at = excluded.ended_at"
 )
+
+
+def ticket_upsert(placeholder: str, lane_column: bool) -> str:
+    """The ticket upsert in a driver's parameter style ("?" or "%s"); with `lane_column` the
+    lane comes first (one table for every lane) and is part of the key."""
+    lane = "lane, " if lane_column else ""
+    n = TICKET_COLUMNS.count(",") + 1 + lane_column
+    return (
+        f"INSERT INTO tickets ({lane}{TICKET_COLUMNS}) VALUES "
+        f"({', '.join([placeholder] * n)}) "
+        f"ON CONFLICT ({lane}ticket_id) {_TICKET_UPDATE}"
+    )
+
+
+TICKET_UPSERT = ticket_upsert("?", lane_column=False)
 ENDED = "state IN ('done', 'expired')"
 RECEIPT_COLUMNS = (
     "receipt_id, ticket_id, phase, machine_id, payload, content_hash, content_hash_verified, "
     "created_at"
 )
+PAUSE_COLUMNS = "reason_code, started_at, until, machine_id, claim_id, ticket_id"
 
 
-def ticket_from_row(row: sqlite3.Row, lane: str) -> Ticket:
+def ticket_from_row(row: Row, lane: str) -> Ticket:
     return Ticket(
         ticket_id=row["ticket_id"],
         lane=lane,
@@ -58,7 +90,7 @@ def ticket_from_row(row: sqlite3.Row, lane: str) -> Ticket:
     )
 
 
-def receipt_from_row(row: sqlite3.Row) -> Receipt:
+def receipt_from_row(row: Row) -> Receipt:
     v = row["content_hash_verified"]
     return Receipt(
         receipt_id=row["receipt_id"],
@@ -69,6 +101,76 @@ def receipt_from_row(row: sqlite3.Row) -> Receipt:
         content_hash=row["content_hash"],
         content_hash_verified=None if v is None else bool(v),
         created_at=row["created_at"],
+    )
+
+
+def pause_from_row(r: Row) -> Pause:
+    return Pause(
+        r["reason_code"],
+        r["started_at"],
+        r["until"],
+        r["machine_id"],
+        r["claim_id"],
+        r["ticket_id"],
+    )
+
+
+def incident_from_row(r: Row) -> tuple[int, Incident]:
+    """An incident and its id; a detail that is not JSON reads as {}."""
+    try:
+        detail = json.loads(r["detail"])
+    except ValueError:
+        detail = {}
+    return int(r["id"]), Incident(r["kind"], r["at"], r["ticket_id"], r["machine_id"], detail)
+
+
+def detail_json(incident: Incident) -> str:
+    return json.dumps(incident.detail, separators=(",", ":"), sort_keys=True)
+
+
+def ticket_values(t: Ticket) -> tuple[Any, ...]:
+    """A ticket's parameters in `TICKET_COLUMNS` order."""
+    return (
+        t.ticket_id,
+        t.seq,
+        t.state.value,
+        t.machine_id,
+        t.claim_id,
+        t.project,
+        t.scene,
+        t.prompt_hash,
+        t.enqueued_at,
+        t.lease_seconds,
+        t.last_seen_at,
+        t.held_at,
+        t.lease_expires_at,
+        t.heartbeat_at,
+        t.fence,
+        t.outcome,
+        t.late_outcome,
+        t.provider_job_id,
+        t.note,
+        t.ended_at,
+    )
+
+
+def pause_values(p: Pause) -> tuple[Any, ...]:
+    """A pause's parameters in `PAUSE_COLUMNS` order."""
+    return (p.reason_code, p.started_at, p.until, p.machine_id, p.claim_id, p.ticket_id)
+
+
+def receipt_values(r: Receipt) -> tuple[Any, ...]:
+    """A receipt's parameters in `RECEIPT_COLUMNS` order (the verdict a bool or None: SQLite
+    stores a bool as 0/1)."""
+    return (
+        r.receipt_id,
+        r.ticket_id,
+        r.phase,
+        r.machine_id,
+        r.payload_json,
+        r.content_hash,
+        r.content_hash_verified,
+        r.created_at,
     )
 
 

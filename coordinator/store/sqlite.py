@@ -28,7 +28,6 @@ from coordinator.engine.model import (
     Incident,
     IncidentKind,
     LaneSnapshot,
-    Pause,
     PruneHistory,
     PruneIncidents,
     PutCounters,
@@ -55,12 +54,19 @@ from coordinator.store.files import (
 from coordinator.store.migrate import apply_migrations
 from coordinator.store.rows import (
     ENDED,
+    PAUSE_COLUMNS,
     RECEIPT_COLUMNS,
     TICKET_COLUMNS,
     TICKET_UPSERT,
     coalesce,
+    detail_json,
+    incident_from_row,
+    pause_from_row,
+    pause_values,
     receipt_from_row,
+    receipt_values,
     ticket_from_row,
+    ticket_values,
 )
 
 
@@ -243,32 +249,7 @@ class SqliteLaneStore:
         db = self._conn
         for ch in coalesce(changes):
             if isinstance(ch, PutTicket):
-                t = ch.ticket
-                db.execute(
-                    TICKET_UPSERT,
-                    (
-                        t.ticket_id,
-                        t.seq,
-                        t.state.value,
-                        t.machine_id,
-                        t.claim_id,
-                        t.project,
-                        t.scene,
-                        t.prompt_hash,
-                        t.enqueued_at,
-                        t.lease_seconds,
-                        t.last_seen_at,
-                        t.held_at,
-                        t.lease_expires_at,
-                        t.heartbeat_at,
-                        t.fence,
-                        t.outcome,
-                        t.late_outcome,
-                        t.provider_job_id,
-                        t.note,
-                        t.ended_at,
-                    ),
-                )
+                db.execute(TICKET_UPSERT, ticket_values(ch.ticket))
             elif isinstance(ch, PutCounters):
                 db.executemany(
                     "INSERT INTO meta (key, value) VALUES (?, ?) "
@@ -285,33 +266,14 @@ class SqliteLaneStore:
             elif isinstance(ch, PutPause):
                 db.execute("DELETE FROM pause")
                 if ch.pause is not None:
-                    p = ch.pause
                     db.execute(
-                        "INSERT INTO pause (id, reason_code, started_at, until, machine_id, "
-                        "claim_id, ticket_id) VALUES (1, ?, ?, ?, ?, ?, ?)",
-                        (
-                            p.reason_code,
-                            p.started_at,
-                            p.until,
-                            p.machine_id,
-                            p.claim_id,
-                            p.ticket_id,
-                        ),
+                        f"INSERT INTO pause (id, {PAUSE_COLUMNS}) VALUES (1, ?, ?, ?, ?, ?, ?)",
+                        pause_values(ch.pause),
                     )
             elif isinstance(ch, PutReceipt):
-                r = ch.receipt
                 db.execute(
                     f"INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        r.receipt_id,
-                        r.ticket_id,
-                        r.phase,
-                        r.machine_id,
-                        r.payload_json,
-                        r.content_hash,
-                        None if r.content_hash_verified is None else int(r.content_hash_verified),
-                        r.created_at,
-                    ),
+                    receipt_values(ch.receipt),
                 )
             elif isinstance(ch, PutIncident):
                 i = ch.incident
@@ -323,7 +285,7 @@ class SqliteLaneStore:
                         i.at,
                         i.ticket_id,
                         i.machine_id,
-                        json.dumps(i.detail, separators=(",", ":"), sort_keys=True),
+                        detail_json(i),
                     ),
                 )
             elif isinstance(ch, PruneHistory):
@@ -378,19 +340,9 @@ class SqliteLaneStore:
             r["project"]: r["last_fence"]
             for r in self._read("SELECT project, last_fence FROM projects")
         }
-        rows = self._read(
-            "SELECT reason_code, started_at, until, machine_id, claim_id, ticket_id FROM pause"
-        )
+        rows = self._read(f"SELECT {PAUSE_COLUMNS} FROM pause")
         if rows:
-            r = rows[0]
-            snap.pause = Pause(
-                r["reason_code"],
-                r["started_at"],
-                r["until"],
-                r["machine_id"],
-                r["claim_id"],
-                r["ticket_id"],
-            )
+            snap.pause = pause_from_row(rows[0])
         holds = self._read(
             f"SELECT ended_at - held_at AS d FROM tickets WHERE {ENDED} AND held_at IS NOT NULL "
             "ORDER BY ended_at DESC, seq DESC LIMIT ?",
@@ -458,16 +410,7 @@ class SqliteLaneStore:
             "ORDER BY id DESC LIMIT ?",
             (limit,),
         )
-        out = []
-        for r in rows:
-            try:
-                detail = json.loads(r["detail"])
-            except ValueError:
-                detail = {}
-            out.append(
-                (r["id"], Incident(r["kind"], r["at"], r["ticket_id"], r["machine_id"], detail))
-            )
-        return out
+        return [incident_from_row(r) for r in rows]
 
     def backup_to(self, dest: Path) -> None:
         """A consistent online copy through SQLite's backup API."""

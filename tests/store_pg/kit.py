@@ -117,6 +117,10 @@ class Stores:
         self._make = make
         self._opened: list[AnyStore] = []
 
+    def make(self, lane: str = LANE) -> AnyStore:
+        """A store of the lane, not opened (nor closed at teardown)."""
+        return self._make(lane)
+
     def new(self, lane: str = LANE) -> AnyStore:
         s = self._make(lane)
         s.open()

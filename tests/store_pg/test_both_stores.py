@@ -1,6 +1,7 @@
 """The lane store contract (engine/store.py), one suite run on both stores: SqliteLaneStore
-on a temp file and PostgresLaneStore on a fresh database. The meaning of
-tests/unit/test_store.py's round trips, so the two stores cannot drift apart."""
+on a temp file and PostgresLaneStore on a fresh database. The one copy of these behaviour
+tests, so the two stores cannot drift apart; what only the SQLite store has (lane files,
+their migrations, backups) is in tests/unit/test_store.py."""
 
 from __future__ import annotations
 
@@ -144,7 +145,7 @@ def test_incident_ids_are_never_reused(store: AnyStore) -> None:
     store.apply([PutIncident(Incident("lease-expired", T0, None, None, {}))])
     store.abort()
     write(store, [PutIncident(Incident("late-release", T0 + 9, None, None, {}))])
-    assert [n for n, _ in store.incidents(10)] == [4]
+    assert store.incidents(10) == [(4, Incident("late-release", T0 + 9, None, None, {}))]
 
 
 def test_recent_holds_in_snapshot(store: AnyStore) -> None:
@@ -228,6 +229,8 @@ def test_constraint_one_live_ticket_per_identity(store: AnyStore) -> None:
 
 
 def test_closed_store_raises_store_error(stores: Stores) -> None:
+    with pytest.raises(StoreError):  # never opened
+        stores.make().load()
     s = stores.new()
     s.close()
     with pytest.raises(StoreError):
