@@ -31,6 +31,12 @@ MAX_BODY_TIMEOUT_SECONDS = 600.0
 DEFAULT_KEEPALIVE_TIMEOUT_SECONDS = 75.0
 MAX_KEEPALIVE_TIMEOUT_SECONDS = 3600.0
 MIN_TIMEOUT_SECONDS = 1.0
+# Lane limits (docs/operator.md, "Limits"): how many lanes may have a file, and for how many
+# lanes /metrics keeps per-lane series (the most recently active; totals count every lane).
+DEFAULT_MAX_LANES = 1000
+MAX_MAX_LANES = 1_000_000
+DEFAULT_METRICS_MAX_LANES = 100
+MAX_METRICS_MAX_LANES = 100_000
 
 
 @dataclass(slots=True)
@@ -44,6 +50,8 @@ class Config:
     header_timeout_seconds: float = DEFAULT_HEADER_TIMEOUT_SECONDS
     body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS
     keepalive_timeout_seconds: float = DEFAULT_KEEPALIVE_TIMEOUT_SECONDS
+    max_lanes: int = DEFAULT_MAX_LANES
+    metrics_max_lanes: int = DEFAULT_METRICS_MAX_LANES
     routes: dict[str, int] = field(default_factory=dict)  # route -> capacity
     lanes: dict[str, int] = field(default_factory=dict)  # lane -> capacity override
 
@@ -127,6 +135,8 @@ KNOWN_KEYS = {
     "header_timeout_seconds",
     "body_timeout_seconds",
     "keepalive_timeout_seconds",
+    "max_lanes",
+    "metrics_max_lanes",
     "routes",
     "lanes",
 }
@@ -173,6 +183,15 @@ def parse_config(raw: dict[str, Any]) -> Config:
             "keepalive_timeout_seconds",
             DEFAULT_KEEPALIVE_TIMEOUT_SECONDS,
             MAX_KEEPALIVE_TIMEOUT_SECONDS,
+        ),
+        max_lanes=_number(raw, "max_lanes", DEFAULT_MAX_LANES, 1, MAX_MAX_LANES, integer=True),
+        metrics_max_lanes=_number(
+            raw,
+            "metrics_max_lanes",
+            DEFAULT_METRICS_MAX_LANES,
+            1,
+            MAX_METRICS_MAX_LANES,
+            integer=True,
         ),
     )
     routes = raw.get("routes", {})

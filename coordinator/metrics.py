@@ -6,7 +6,9 @@ like afterwards (`lane_state`). Everything about a lane is derived from the comm
 changes, so a metric never counts something that was not durable. The HTTP layer adds
 request durations and the receipt verdicts that commit nothing (replay, conflict).
 
-Labels are bounded: `lane` (lanes are few), `outcome`/`verdict` (closed sets), the
+Labels are bounded: `lane` (per-lane series exist for at most `metrics_max_lanes` lanes, the
+most recently active; an evicted lane's label sets are removed, and the unlabelled
+`lanes_all_*` gauges count every lane), `outcome`/`verdict` (closed sets), the
 route's canonical path (never the raw path) and the method. Never a ticket, claim,
 machine or token.
 
@@ -16,12 +18,14 @@ process, as in the tests, never share series). `NULL_METRICS` is the default obs
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Final, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from coordinator.config import DEFAULT_METRICS_MAX_LANES
 from coordinator.engine.model import (
     RELEASE_OUTCOMES,
     Effects,
@@ -58,6 +62,8 @@ class LaneObserver(Protocol):
 
     def lane_open_failures(self, count: int) -> None: ...
 
+    def lane_limit_refused(self) -> None: ...
+
 
 class NullMetrics:
     """The default observer: records nothing."""
@@ -69,6 +75,9 @@ class NullMetrics:
         return None
 
     def lane_open_failures(self, count: int) -> None:
+        return None
+
+    def lane_limit_refused(self) -> None:
         return None
 
 
@@ -94,7 +103,8 @@ class _LaneSeries:
 class Metrics:
     """The coordinator's Prometheus metrics, in a registry of their own."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_lanes: int = DEFAULT_METRICS_MAX_LANES) -> None:
+        self.max_lanes = max_lanes  # lanes with per-lane series at most
         r = self.registry = CollectorRegistry()
         self.grants = Counter("lanes_grants", "Tickets granted (queued -> held)", registry=r)
         self.releases = Counter(
@@ -121,6 +131,16 @@ class Metrics:
         self.open_failures = Gauge(
             "lanes_open_failures",
             "Lane files that cannot be opened or read (the lane.open_failed log names them)",
+            registry=r,
+        )
+        self.all_holders = Gauge("lanes_all_holders", "Held tickets, all lanes", registry=r)
+        self.all_queue_depth = Gauge(
+            "lanes_all_queue_depth", "Queued tickets, all lanes", registry=r
+        )
+        self.all_paused = Gauge("lanes_all_paused", "Lanes paused now", registry=r)
+        self.limit_refusals = Counter(
+            "lanes_lane_limit_refusals",
+            "Acquires refused because max_lanes lanes exist (a new lane was not made)",
             registry=r,
         )
         self.wait = Histogram(
@@ -156,7 +176,8 @@ class Metrics:
             buckets=COMMIT_BUCKETS,
             registry=r,
         )
-        self._lanes: dict[str, _LaneSeries] = {}
+        self._lanes: OrderedDict[str, _LaneSeries] = OrderedDict()  # least recent first
+        self._states: dict[str, tuple[int, int, bool]] = {}  # every lane's, for the totals
         # Closed label sets start at zero, so a rate() over them is defined from the start.
         for outcome in (*RELEASE_OUTCOMES, NO_OUTCOME):
             self.releases.labels(outcome=outcome)
@@ -214,6 +235,13 @@ class Metrics:
     def lane_state(self, lane: str, held: int, queued: int, paused: bool) -> None:
         series = self._series(lane)
         state = (held, queued, paused)
+        old = self._states.get(lane)
+        if old != state:
+            self._states[lane] = state
+            o_held, o_queued, o_paused = old or (0, 0, False)
+            self.all_holders.inc(held - o_held)
+            self.all_queue_depth.inc(queued - o_queued)
+            self.all_paused.inc(int(paused) - int(o_paused))
         if series.state != state:  # called after every flush: skip the unchanged
             series.state = state
             series.holders.set(held)
@@ -223,9 +251,18 @@ class Metrics:
     def lane_open_failures(self, count: int) -> None:
         self.open_failures.set(count)
 
+    def lane_limit_refused(self) -> None:
+        self.limit_refusals.inc()
+
     def _series(self, lane: str) -> _LaneSeries:
         series = self._lanes.get(lane)
-        if series is None:
+        if series is not None:
+            self._lanes.move_to_end(lane)
+        else:
+            while len(self._lanes) >= self.max_lanes:  # evict the least recently active
+                old, _ = self._lanes.popitem(last=False)
+                for metric in (self.holders, self.queue_depth, self.paused, self.wait, self.hold):
+                    metric.remove(old)
             series = self._lanes[lane] = _LaneSeries(
                 holders=self.holders.labels(lane=lane),
                 queue_depth=self.queue_depth.labels(lane=lane),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from coordinator.actor.lane_actor import LaneActor
 from coordinator.clock import Clock
 from coordinator.config import Config
 from coordinator.constants import JANITOR_INTERVAL_SECONDS, LANE_IDLE_CLOSE_SECONDS, STORE_THREADS
-from coordinator.errors import ConfigError, StoreError
+from coordinator.errors import ConfigError, StoreError, Unavailable
 from coordinator.metrics import NULL_METRICS, LaneObserver
 from coordinator.names import lane_file_name, lane_from_file_name
 from coordinator.store.files import is_empty_file, make_private_dir, open_failure_reason
@@ -22,6 +23,9 @@ from coordinator.store.lock import DataDirLock
 from coordinator.store.sqlite import SqliteLaneStore
 
 log = structlog.get_logger("coordinator.registry")
+
+LIMIT_LOG_SECONDS = 60.0  # lane.limit_reached: at most one line per minute
+RESCAN_SECONDS = 1.0  # at the limit, the data dir is listed again at most once a second
 
 
 class LaneRegistry:
@@ -40,6 +44,12 @@ class LaneRegistry:
         self._closing = False
         self._draining = False
         self._lock = DataDirLock(data_dir)
+        # Lanes counted against max_lanes: those with a file (read at start, re-read at the
+        # limit so a removed file frees its place) and those being created now.
+        self._lane_files: set[str] = set()
+        self._scanned_at = 0.0
+        self._limit_log_at: float | None = None
+        self._limit_count = 0
 
     def path_for(self, lane: str) -> Path:
         return self.data_dir / lane_file_name(lane)
@@ -73,6 +83,8 @@ class LaneRegistry:
             log.warning("data_dir.not_private", data_dir=str(self.data_dir), hint="chmod 700")
         make_private_dir(self.data_dir)
         self._lock.acquire()
+        self._lane_files = set(self.lanes_on_disk())
+        self._scanned_at = time.monotonic()
         for p in sorted(self.data_dir.iterdir()):
             if lane_from_file_name(p.name) is not None and is_empty_file(p):
                 log.warning("lane.empty_file_ignored", file=p.name, hint="no lane yet")
@@ -93,16 +105,16 @@ class LaneRegistry:
     async def get(self, lane: str, *, create: bool) -> LaneActor | None:
         """The lane's actor, opened on demand; None when it has no file and create is False."""
         if self._closing:
-            from coordinator.errors import Unavailable
-
             raise Unavailable("coordinator is shutting down")
         actor = self._actors.get(lane)
         if actor is not None and not actor.closed:
             return actor
         task = self._opening.get(lane)
         if task is None:
-            if not create and not self._has_file(lane):
-                return None
+            if not self._has_file(lane):
+                if not create:
+                    return None
+                self._admit_new(lane)  # before any file is made
             task = asyncio.create_task(self._open(lane), name=f"lane-open:{lane}")
             self._opening[lane] = task
         try:
@@ -123,12 +135,51 @@ class LaneRegistry:
         except Exception as exc:
             with contextlib.suppress(Exception):
                 await actor.stop()  # closes the store
+            if not self._has_file(lane):
+                self._lane_files.discard(lane)  # no file was made: it takes no place
             raise self._open_failed(lane, exc) from exc
         self._actors[lane] = actor
         if self._failed.pop(lane, None) is not None:
             self.metrics.lane_open_failures(len(self._failed))
         log.info("lane.opened", lane=lane)
         return actor
+
+    def lane_count(self) -> int:
+        """Lanes counted against max_lanes: lanes with a file and configured lanes, once each."""
+        return len(self._lane_files | self.config.lanes.keys())
+
+    def _admit_new(self, lane: str) -> None:
+        """A lane with no file is about to be made: refuse it (503) when max_lanes lanes are
+        counted already. A configured lane, or one counted already, is always admitted."""
+        if lane in self._lane_files or lane in self.config.lanes:
+            return
+        limit = self.config.max_lanes
+        if self.lane_count() >= limit and time.monotonic() - self._scanned_at >= RESCAN_SECONDS:
+            self._lane_files = set(self.lanes_on_disk()) | set(self._opening) | set(self._actors)
+            self._scanned_at = time.monotonic()
+        if self.lane_count() >= limit:
+            self.metrics.lane_limit_refused()
+            self._log_limit(limit)
+            raise Unavailable(
+                f"lane limit reached: max_lanes = {limit}; raise it in the config "
+                "or remove unused lane files"
+            )
+        self._lane_files.add(lane)
+
+    def _log_limit(self, limit: int) -> None:
+        self._limit_count += 1
+        now = time.monotonic()
+        if self._limit_log_at is not None and now - self._limit_log_at < LIMIT_LOG_SECONDS:
+            return
+        log.warning(
+            "lane.limit_reached",
+            count=self._limit_count,
+            per_seconds=LIMIT_LOG_SECONDS,
+            max_lanes=limit,
+            lanes=self.lane_count(),
+        )
+        self._limit_log_at = now
+        self._limit_count = 0
 
     def _open_failed(self, lane: str, exc: Exception) -> StoreError:
         """Record, log and count a lane whose file cannot be opened or read; the file is left

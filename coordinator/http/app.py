@@ -223,7 +223,8 @@ def create_app(
             "keepalive_timeout": config.keepalive_timeout_seconds,
         },
     )
-    app[METRICS_KEY] = Metrics()  # a registry per app: several apps never share series
+    # A registry per app: several apps never share series.
+    app[METRICS_KEY] = Metrics(config.metrics_max_lanes)
     registry = LaneRegistry(config, data_dir, clock, app[METRICS_KEY])
     app[CONFIG_KEY] = config
     app[TOKENS_KEY] = tokens

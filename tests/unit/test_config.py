@@ -57,6 +57,7 @@ def test_defaults() -> None:
     assert cfg.default_hold_seconds == C.DEFAULT_HOLD_SECONDS == 300
     assert cfg.history_retained == C.DEFAULT_HISTORY_RETAINED == 5000
     assert cfg.max_body_bytes == C.DEFAULT_MAX_BODY_BYTES == 65536
+    assert cfg.max_lanes == 1000 and cfg.metrics_max_lanes == 100
     assert cfg.routes == {} and cfg.lanes == {}
     assert load_config(None) == Config()
 
@@ -115,6 +116,15 @@ def test_every_key_is_read() -> None:
         ("max_body_bytes", "10"),
         ("max_body_bytes", "65536.0"),
         ("max_body_bytes", "false"),
+        ("max_lanes", "0"),
+        ("max_lanes", "1000001"),
+        ("max_lanes", "10.0"),
+        ("max_lanes", '"1000"'),
+        ("max_lanes", "true"),
+        ("metrics_max_lanes", "0"),
+        ("metrics_max_lanes", "100001"),
+        ("metrics_max_lanes", "2.5"),
+        ("metrics_max_lanes", "false"),
     ],
 )
 def test_bad_value_names_the_key(key: str, value: str) -> None:
@@ -130,6 +140,10 @@ def test_bad_value_names_the_key(key: str, value: str) -> None:
         ("default_lease_seconds", 3600),
         ("history_retained", 1),
         ("max_body_bytes", 1024),
+        ("max_lanes", 1),
+        ("max_lanes", 1_000_000),
+        ("metrics_max_lanes", 1),
+        ("metrics_max_lanes", 100_000),
     ],
 )
 def test_range_bounds_are_inclusive(key: str, value: int) -> None:
