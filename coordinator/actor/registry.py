@@ -18,7 +18,12 @@ from coordinator.constants import JANITOR_INTERVAL_SECONDS, LANE_IDLE_CLOSE_SECO
 from coordinator.errors import ConfigError, StoreError, Unavailable
 from coordinator.metrics import NULL_METRICS, LaneObserver
 from coordinator.names import lane_file_name, lane_from_file_name
-from coordinator.store.files import is_empty_file, make_private_dir, open_failure_reason
+from coordinator.store.files import (
+    data_dir_unwritable,
+    is_empty_file,
+    make_private_dir,
+    open_failure_reason,
+)
 from coordinator.store.lock import DataDirLock
 from coordinator.store.sqlite import SqliteLaneStore
 
@@ -26,6 +31,7 @@ log = structlog.get_logger("coordinator.registry")
 
 LIMIT_LOG_SECONDS = 60.0  # lane.limit_reached: at most one line per minute
 RESCAN_SECONDS = 1.0  # at the limit, the data dir is listed again at most once a second
+READY_CHECK_SECONDS = 1.0  # /readyz probes the data dir at most once a second
 
 
 class LaneRegistry:
@@ -43,6 +49,9 @@ class LaneRegistry:
         self._failed: dict[str, str] = {}  # lane -> why its file cannot be opened or read
         self._closing = False
         self._draining = False
+        self._started = False
+        self._ready_checked_at: float | None = None
+        self._unwritable: str | None = None
         self._lock = DataDirLock(data_dir)
         # Lanes counted against max_lanes: those with a file (read at start, re-read at the
         # limit so a removed file frees its place) and those being created now.
@@ -101,6 +110,24 @@ class LaneRegistry:
             elif actor is not None:
                 log.info("lane.rearmed", lane=lane, live=len(actor.core.live) if actor.core else 0)
         self._janitor = asyncio.create_task(self._janitor_loop(), name="lane-janitor")
+        self._started = True
+
+    def not_ready_reason(self) -> str | None:
+        """Why no change could be committed now (None: ready). The data dir write probe is
+        cached for READY_CHECK_SECONDS, so a flood of probes costs one write a second."""
+        if self._closing or self._draining:
+            return "shutting down"
+        if not self._started:
+            return "starting"
+        now = time.monotonic()
+        if self._ready_checked_at is None or now - self._ready_checked_at >= READY_CHECK_SECONDS:
+            self._unwritable = data_dir_unwritable(self.data_dir)
+            self._ready_checked_at = now
+        return self._unwritable
+
+    def broken_lane_count(self) -> int:
+        """Lanes whose file could not be opened or read at their last attempt."""
+        return len(self._failed)
 
     async def get(self, lane: str, *, create: bool) -> LaneActor | None:
         """The lane's actor, opened on demand; None when it has no file and create is False."""

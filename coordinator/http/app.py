@@ -54,6 +54,7 @@ from coordinator.http.reads import (
     metrics,
     openapi_json,
     overview,
+    readyz,
 )
 from coordinator.http.server import RateLimitedLog
 from coordinator.metrics import Metrics
@@ -252,6 +253,7 @@ def create_app(
     app.router.add_get("/v1/overview", overview, name="overview")
     app.router.add_get("/v1/dashboard", dashboard, name="dashboard")
     app.router.add_get("/healthz", healthz, name="healthz")
+    app.router.add_get("/readyz", readyz, name="readyz")  # public, like /healthz
     app.router.add_get("/metrics", metrics, name="metrics")  # bearer: see auth_middleware
     app.router.add_get("/openapi.json", openapi_json, name="openapi")  # public
     app.router.add_get("/control-room", control_room, name="control-room")

@@ -343,6 +343,23 @@ def openapi_document() -> dict[str, Any]:
             "responses": {"200": _json_reply("alive", wire.Healthz)},
         }
     }
+    paths["/readyz"] = {
+        "get": {
+            "operationId": "readyz",
+            "summary": (
+                "Readiness; public; no queue data: 200 while the server can commit (the store "
+                "is reachable, not shutting down), else 503 with why"
+            ),
+            "security": [],
+            "responses": {
+                "200": _json_reply("ready (brokenLanes: lanes that cannot be opened)", wire.Readyz),
+                "503": _json_reply(
+                    "not ready: the message says why (shutting down, data dir not writable)",
+                    wire.ErrorReply,
+                ),
+            },
+        }
+    }
     paths["/openapi.json"] = {
         "get": {
             "operationId": "openapi",

@@ -26,6 +26,7 @@ from coordinator.http.middleware import (
     CLOCK_KEY,
     METRICS_KEY,
     PRESENCE_KEY,
+    REGISTRY_KEY,
     SERVICE_KEY,
     json_reply,
 )
@@ -35,6 +36,7 @@ from coordinator.protocol import replies as wire
 from coordinator.protocol.errors import (
     BadRequest,
     NotFound,
+    Unavailable,
 )
 from coordinator.protocol.names import parse_lane
 from coordinator.service import OverviewQuery
@@ -127,6 +129,16 @@ async def openapi_json(request: web.Request) -> web.Response:
 
 async def healthz(request: web.Request) -> web.Response:
     return json_reply(wire.Healthz(ok=True))
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """What a load balancer routes on: 200 while the server can commit, else 503 and why.
+    Broken lanes are counted, not fatal: every other lane is served."""
+    registry = request.app[REGISTRY_KEY]
+    why = registry.not_ready_reason()
+    if why is not None:
+        raise Unavailable(why)
+    return json_reply(wire.Readyz(ready=True, broken_lanes=registry.broken_lane_count()))
 
 
 def control_room_html() -> bytes:

@@ -92,6 +92,14 @@ class Healthz(Wire, kw_only=True):
     ok: bool
 
 
+class Readyz(Wire, kw_only=True):
+    """The server can commit: its store is reachable and it is not shutting down (no queue
+    data). `brokenLanes`: lanes whose file cannot be opened; they do not make it unready."""
+
+    ready: bool
+    broken_lanes: int
+
+
 # Every reply the OpenAPI document publishes, by the status and route that answer it.
 REPLIES: tuple[type[Wire], ...] = (
     LaneReply,
@@ -108,6 +116,7 @@ REPLIES: tuple[type[Wire], ...] = (
     Overview,
     ErrorReply,
     Healthz,
+    Readyz,
 )
 
 __all__ = [
@@ -145,6 +154,7 @@ __all__ = [
     "OverviewLog",
     "Owner",
     "Pause",
+    "Readyz",
     "ReceiptPhase",
     "ReceiptReply",
     "ReceiptRow",

@@ -159,3 +159,26 @@ def open_failure_reason(exc: BaseException) -> str:
             return "edited migration"
         seen = seen.__cause__ or seen.__context__
     return type(exc).__name__
+
+
+READY_PROBE_NAME = ".readyz-probe"  # not a lane file name: never listed as a lane
+
+
+def data_dir_unwritable(data_dir: Path) -> str | None:
+    """Why a commit could not be written in the data dir now (None: it can). A real write,
+    not a mode check (root passes every os.access check): a small probe file is created,
+    written and removed, and the file system must have free blocks left."""
+    probe = data_dir / READY_PROBE_NAME
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
+        try:
+            os.write(fd, b"ok")
+        finally:
+            os.close(fd)
+        os.unlink(probe)
+        free = os.statvfs(data_dir).f_bavail
+    except OSError as exc:
+        return f"data dir not writable: {exc.strerror or type(exc).__name__}"
+    if free <= 0:
+        return "data dir not writable: no free space"
+    return None

@@ -242,6 +242,8 @@ async def test_every_reply_is_exactly_its_documented_schema(server: Running) -> 
     assert_documented(doc, "GET", "/v1/lanes", r.status, r.text)
     r = await server.get("/healthz", token=None)
     assert_documented(doc, "GET", "/healthz", r.status, r.text)
+    r = await server.get("/readyz", token=None)
+    assert_documented(doc, "GET", "/readyz", r.status, r.text)
 
     r = await server.get("/v1/overview", params={"lane": "solo:main"})
     reply = msgspec.json.decode(r.text.encode(), type=wire.Overview)
