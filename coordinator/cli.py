@@ -133,7 +133,7 @@ def _loop_exception_handler(
     asyncio's traceback per retry (asyncio stops accepting for a second and tries again).
     Anything else the loop reports: one error line (asyncio's own report at --log-level
     debug)."""
-    from coordinator.http.server import RateLimitedLog
+    from coordinator.logs import RateLimitedLog
 
     accept_failed = RateLimitedLog("http.accept_failed")
 

@@ -44,6 +44,9 @@ OPEN_RETRY_SECONDS: Final = 0.025  # between those attempts (at most ~5 s in all
 STORE_THREADS: Final = 4
 MAILBOX_BATCH_MAX: Final = 256  # commands group-committed in one transaction
 
+# Logging (seconds)
+LOG_INTERVAL_SECONDS: Final = 60.0  # a recurring warning: at most one line per minute per event
+
 # Server defaults
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8787

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
+from collections.abc import Callable
+from typing import Any
 
 import structlog
 from aiohttp.http_exceptions import HttpProcessingError
+
+from coordinator.constants import LOG_INTERVAL_SECONDS
+
+log = structlog.get_logger("coordinator")
 
 
 class _MalformedRequestFilter(logging.Filter):
@@ -43,3 +50,42 @@ def configure_logging(level: str = "info") -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+
+
+class RateLimitedLog:
+    """One line per `interval` seconds at most (a warning unless `level` says otherwise) for
+    an event that can recur as fast as a client can make it (refused connections, malformed
+    requests, EMFILE). Each line carries `count`: the events since the previous line, this
+    one included."""
+
+    def __init__(
+        self,
+        event: str,
+        interval: float = LOG_INTERVAL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        level: str = "warning",
+    ) -> None:
+        self.event = event
+        self.interval = interval
+        self.level = level
+        self._clock = clock
+        self._last: float | None = None
+        self._count = 0
+
+    def __call__(self, **fields: Any) -> bool:
+        """Count one event; log a line if none was logged in the last `interval` seconds
+        (returns whether it did)."""
+        self._count += 1
+        now = self._clock()
+        if self._last is not None and now - self._last < self.interval:
+            return False
+        log.log(
+            logging.getLevelName(self.level.upper()),
+            self.event,
+            count=self._count,
+            per_seconds=self.interval,
+            **fields,
+        )
+        self._last = now
+        self._count = 0
+        return True

@@ -16,6 +16,7 @@ from coordinator.clock import Clock
 from coordinator.config import Config
 from coordinator.constants import JANITOR_INTERVAL_SECONDS, LANE_IDLE_CLOSE_SECONDS, STORE_THREADS
 from coordinator.errors import ConfigError, StoreError, Unavailable
+from coordinator.logs import RateLimitedLog
 from coordinator.metrics import NULL_METRICS, LaneObserver
 from coordinator.names import lane_file_name, lane_from_file_name
 from coordinator.store.files import (
@@ -29,7 +30,6 @@ from coordinator.store.sqlite import SqliteLaneStore
 
 log = structlog.get_logger("coordinator.registry")
 
-LIMIT_LOG_SECONDS = 60.0  # lane.limit_reached: at most one line per minute
 RESCAN_SECONDS = 1.0  # at the limit, the data dir is listed again at most once a second
 READY_CHECK_SECONDS = 1.0  # /readyz probes the data dir at most once a second
 
@@ -57,8 +57,7 @@ class LaneRegistry:
         # limit so a removed file frees its place) and those being created now.
         self._lane_files: set[str] = set()
         self._scanned_at = 0.0
-        self._limit_log_at: float | None = None
-        self._limit_count = 0
+        self._limit_log = RateLimitedLog("lane.limit_reached")
 
     def path_for(self, lane: str) -> Path:
         return self.data_dir / lane_file_name(lane)
@@ -194,19 +193,7 @@ class LaneRegistry:
         self._lane_files.add(lane)
 
     def _log_limit(self, limit: int) -> None:
-        self._limit_count += 1
-        now = time.monotonic()
-        if self._limit_log_at is not None and now - self._limit_log_at < LIMIT_LOG_SECONDS:
-            return
-        log.warning(
-            "lane.limit_reached",
-            count=self._limit_count,
-            per_seconds=LIMIT_LOG_SECONDS,
-            max_lanes=limit,
-            lanes=self.lane_count(),
-        )
-        self._limit_log_at = now
-        self._limit_count = 0
+        self._limit_log(max_lanes=limit, lanes=self.lane_count())
 
     def _open_failed(self, lane: str, exc: Exception) -> StoreError:
         """Record, log and count a lane whose file cannot be opened or read; the file is left

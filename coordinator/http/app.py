@@ -56,7 +56,7 @@ from coordinator.http.reads import (
     overview,
     readyz,
 )
-from coordinator.http.server import RateLimitedLog
+from coordinator.logs import RateLimitedLog
 from coordinator.metrics import Metrics
 from coordinator.protocol import requests as S
 from coordinator.protocol.errors import (

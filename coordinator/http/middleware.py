@@ -17,7 +17,8 @@ from coordinator.constants import (
     COORDINATOR_KIND,
 )
 from coordinator.http.presence import Presence
-from coordinator.http.server import SERVER_HEADER, RateLimitedLog
+from coordinator.http.server import SERVER_HEADER
+from coordinator.logs import RateLimitedLog
 from coordinator.metrics import Metrics
 from coordinator.protocol import replies as wire
 from coordinator.protocol.errors import (

@@ -25,8 +25,6 @@ uses it for accept() failing with EMFILE.
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -41,6 +39,7 @@ from aiohttp.web_server import Server
 
 from coordinator.config import Config
 from coordinator.constants import COORDINATOR_KIND
+from coordinator.logs import RateLimitedLog
 from coordinator.protocol.errors import (
     BadRequest,
     LaneError,
@@ -54,51 +53,9 @@ from coordinator.protocol.errors import (
 
 log = structlog.get_logger("coordinator.http")
 
-SERVER_HEADER = "lane-coordinator"
-LOG_INTERVAL_SECONDS = 60.0  # a recurring warning: at most one line per minute per event
-
 _ErrorHandler = Callable[[BaseRequest], Awaitable[StreamResponse]]
 
-
-class RateLimitedLog:
-    """One line per `interval` seconds at most (a warning unless `level` says otherwise) for
-    an event that can recur as fast as a client can make it (refused connections, malformed
-    requests, EMFILE). Each line carries `count`: the events since the previous line, this
-    one included."""
-
-    def __init__(
-        self,
-        event: str,
-        interval: float = LOG_INTERVAL_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
-        level: str = "warning",
-    ) -> None:
-        self.event = event
-        self.interval = interval
-        self.level = level
-        self._clock = clock
-        self._last: float | None = None
-        self._count = 0
-
-    def __call__(self, **fields: Any) -> bool:
-        """Count one event; log a line if none was logged in the last `interval` seconds
-        (returns whether it did)."""
-        self._count += 1
-        now = self._clock()
-        if self._last is not None and now - self._last < self.interval:
-            return False
-        log.log(
-            logging.getLevelName(self.level.upper()),
-            self.event,
-            count=self._count,
-            per_seconds=self.interval,
-            **fields,
-        )
-        self._last = now
-        self._count = 0
-        return True
-
-
+SERVER_HEADER = "lane-coordinator"
 # ---------------------------------------------------------------- the error shape
 
 

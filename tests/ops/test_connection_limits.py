@@ -18,7 +18,7 @@ import structlog.testing
 
 from coordinator.config import Config, parse_config
 from coordinator.errors import ConfigError
-from coordinator.http.server import RateLimitedLog
+from coordinator.logs import RateLimitedLog
 from tests.harness import CoordinatorProcess, make_config
 from tests.harness.rawhttp import closed_within, connect, exchange, get, post, read_reply
 
