@@ -9,6 +9,10 @@ With `required=True` every failure that leaves the lane unconfirmed — connecti
 timeout, 401/403, 5xx, a non-JSON or malformed reply, or a coordinator that is not
 `actor-sqlite` — raises `PreProviderError` naming the cause. Ticket-level answers about the
 request itself (400 bad-request, 404 not-found, 409) keep their own error classes.
+
+Every call is retried on a connection-level failure or a 503 `unavailable` answer, with
+backoff, within its timeout (`retry=`, client/transport.py; docs/client.md#retries): every
+lane call is safe to repeat.
 """
 
 from __future__ import annotations
@@ -34,7 +38,14 @@ from client.models import (
     ReleaseReply,
     StatusReply,
 )
-from client.transport import HttpTransport, safe_url, url_problem
+from client.transport import (
+    DEFAULT_RETRY,
+    NO_RETRY,
+    HttpTransport,
+    RetryPolicy,
+    safe_url,
+    url_problem,
+)
 from coordinator.protocol import constants as P
 from coordinator.protocol.errors import LaneError
 from coordinator.protocol.receipts import canonical_json, receipt_id_for
@@ -146,7 +157,13 @@ def receipt_fields(
 class LaneClient(HttpTransport):
     """The shared coordinator over HTTP (aiohttp). One instance per driver process."""
 
-    kind = SHARED_KIND
+    reported_kind: str | None = None  # set by the transport from each reply
+
+    @property
+    def kind(self) -> str:
+        """The shared coordinator's kind as its last reply said: "actor-sqlite" (one server)
+        or "actor-postgres" (replicas); "actor-sqlite" until the first reply."""
+        return self.reported_kind or SHARED_KIND
 
     def __init__(
         self,
@@ -158,6 +175,7 @@ class LaneClient(HttpTransport):
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
         required: bool = False,
         session: aiohttp.ClientSession | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY,
     ) -> None:
         self.url = (url or "").rstrip("/")
         self._token = token or ""
@@ -165,6 +183,7 @@ class LaneClient(HttpTransport):
         self.claim_id = claim_id or None
         self.timeout = float(timeout)
         self.required = required
+        self.retry = retry
         self._session = session
         self._own_session = session is None
         missing = []
@@ -191,9 +210,9 @@ class LaneClient(HttpTransport):
         )
 
     def with_claim(self, claim_id: str | None) -> LaneClient:
-        """A sibling for the same coordinator, token, machine and timeouts that sends another
-        claim (None: the machine-only owner rule of SPEC §4.3). It shares this client's HTTP
-        session (close this client, not the sibling). A restarted driver uses it to finish
+        """A sibling for the same coordinator, token, machine, timeouts and retries that sends
+        another claim (None: the machine-only owner rule of SPEC §4.3). It shares this client's
+        HTTP session (close this client, not the sibling). A restarted driver uses it to finish
         the ticket its crashed predecessor held (client/driver.py). Call it inside the loop."""
         return LaneClient(
             self.url,
@@ -203,6 +222,7 @@ class LaneClient(HttpTransport):
             timeout=self.timeout,
             required=self.required,
             session=self._client_session(),
+            retry=self.retry,
         )
 
     # ------------------------------------------------------------------ SPEC §4 endpoints
@@ -225,8 +245,11 @@ class LaneClient(HttpTransport):
     ) -> LaneReply:
         body = self._body(lane, ticketId=ticket_id, waitSeconds=wait_seconds)
         # The long poll gets its own timeout: the wait plus the per-call timeout as margin.
+        # A retry asks for a shorter wait when less time is left (see `_request`).
         own = float(wait_seconds) + self.timeout
-        return await self._post("await", body, LaneReply, timeout=own)
+        return await self._post(
+            "await", body, LaneReply, timeout=own, long_poll=float(wait_seconds)
+        )
 
     async def heartbeat(
         self, lane: str, ticket_id: str, lease_seconds: float | None = None
@@ -242,10 +265,23 @@ class LaneClient(HttpTransport):
         provider_job_id: str | None = None,
         note: str | None = None,
     ) -> ReleaseReply:
+        """End the ticket. When an earlier attempt of this call may have been applied (its
+        reply was lost) and the repeat finds the ticket done with exactly this `outcome`, the
+        reply is the applied release's: `released: true` (its `promoted` list was in the lost
+        reply, so it is empty here)."""
         body = self._body(
             lane, ticketId=ticket_id, outcome=outcome, providerJobId=provider_job_id, note=note
         )
-        return await self._post("release", body, ReleaseReply)
+        answer = await self._request("POST", "/v1/lanes/release", body)
+        reply = self._convert(answer.data, ReleaseReply, "POST /v1/lanes/release", answer.status)
+        if (
+            answer.resent
+            and not reply.released
+            and reply.reason == "already-done"
+            and reply.outcome == outcome
+        ):
+            reply = msgspec.structs.replace(reply, released=True, reason=None)
+        return reply
 
     async def receipt(
         self,
@@ -259,7 +295,9 @@ class LaneClient(HttpTransport):
     ) -> ReceiptReply:
         """Append one receipt. The receiptId and sha256 (RFC 8785) are computed here; a given
         `content_hash` overrides the computed one (the coordinator flags a mismatch), a given
-        `receipt_id` overrides the derived id (used to prove the 409 conflict)."""
+        `receipt_id` overrides the derived id (used to prove the 409 conflict). The id is fixed
+        before the first attempt, so a retried attempt is the same receipt (stored once; the
+        repeat answers 200 `replay: true` when the first attempt was applied)."""
         rid, sent, _ = receipt_fields(ticket_id, phase, payload, content_hash, receipt_id)
         body = self._body(
             lane,
@@ -269,7 +307,7 @@ class LaneClient(HttpTransport):
             payload=payload,
             contentHash=sent,
         )
-        status, data = await self._request("POST", "/v1/lanes/receipt", body)
+        status, data, _ = await self._request("POST", "/v1/lanes/receipt", body)
         reply = self._convert(data, ReceiptReply, "POST /v1/lanes/receipt", status)
         reply.receipt_id, reply.content_hash, reply.http_status = rid, sent, status
         return reply
@@ -293,7 +331,7 @@ class LaneClient(HttpTransport):
             "machineId": self.machine_id,
             "includeReceipts": include_receipts,
         }
-        status, data = await self._request("POST", "/v1/lanes/status", body)
+        status, data, _ = await self._request("POST", "/v1/lanes/status", body)
         return parse_status(data, lambda d: self._convert(d, StatusReply, "status", status))
 
     async def history(
@@ -385,13 +423,16 @@ async def wait_for_grant(
 
 
 __all__ = [
+    "DEFAULT_RETRY",
     "DEFAULT_TIMEOUT_SECONDS",
     "LOCAL_KIND",
+    "NO_RETRY",
     "PROTOCOL_VERSION",
     "SHARED_KIND",
     "SHARED_KINDS",
     "LaneBackend",
     "LaneClient",
+    "RetryPolicy",
     "parse_status",
     "receipt_fields",
     "wait_for_grant",

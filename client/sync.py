@@ -16,7 +16,14 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, TypeVar
 
-from client.api import DEFAULT_COOLDOWN_REASON, DEFAULT_TIMEOUT_SECONDS, LaneBackend, LaneClient
+from client.api import (
+    DEFAULT_COOLDOWN_REASON,
+    DEFAULT_RETRY,
+    DEFAULT_TIMEOUT_SECONDS,
+    LaneBackend,
+    LaneClient,
+    RetryPolicy,
+)
 from client.models import (
     CooldownReply,
     EvidenceReply,
@@ -92,10 +99,13 @@ class SyncLaneClient:
         *,
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
         required: bool = False,
+        retry: RetryPolicy = DEFAULT_RETRY,
         _backend: Callable[[], LaneBackend] | None = None,
     ) -> None:
         def make() -> LaneBackend:
-            return LaneClient(url, token, machine_id, claim_id, timeout=timeout, required=required)
+            return LaneClient(
+                url, token, machine_id, claim_id, timeout=timeout, required=required, retry=retry
+            )
 
         factory = _backend or make
         backend = factory()  # raises config/PreProviderError before any thread starts

@@ -540,7 +540,8 @@ def test_setup_writes_nothing_when_the_check_fails(
         "not-shared": fake("local").url,
     }[kind]
     token = "w" * 40
-    r = lane("setup", url, "studio-m", "--account", "main", env=env, stdin=token + "\n")
+    r = lane("setup", url, "studio-m", "--account", "main", "--timeout", "1",
+             env=env, stdin=token + "\n")  # fmt: skip
     assert sorted(p.name for p in cdir.iterdir()) == ["client.env"], r.err  # no token file
     assert (cdir / "client.env").read_text() == before, r.err
     if store is not None:

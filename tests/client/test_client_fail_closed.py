@@ -65,10 +65,10 @@ async def test_silent_socket_times_out(silent_port: int) -> None:
 
 async def test_connection_refused(refused_port: int) -> None:
     url = f"http://127.0.0.1:{refused_port}"
-    async with LaneClient(url, SECRET, "studio-a", required=True) as c:
+    async with LaneClient(url, SECRET, "studio-a", required=True, timeout=1.0) as c:
         err = await expect_pre_provider(c, "unreachable")
         assert isinstance(err.underlying, CoordinatorUnreachableError)
-    async with LaneClient(url, SECRET, "studio-a") as loose:
+    async with LaneClient(url, SECRET, "studio-a", timeout=1.0) as loose:
         with pytest.raises(CoordinatorUnreachableError):
             await loose.acquire(LANE, "p", "s", "h")
 
@@ -97,9 +97,9 @@ async def test_fake_servers(
     fake: Callable[[str], AppThread], kind: str, needle: str, loose_error: type[LaneClientError]
 ) -> None:
     s = fake(kind)
-    async with LaneClient(s.url, SECRET, "studio-a", required=True) as c:
+    async with LaneClient(s.url, SECRET, "studio-a", required=True, timeout=1.0) as c:
         await expect_pre_provider(c, needle)
-    async with LaneClient(s.url, SECRET, "studio-a") as loose:
+    async with LaneClient(s.url, SECRET, "studio-a", timeout=1.0) as loose:
         with pytest.raises(loose_error) as ei:
             await loose.status(LANE)
         assert not isinstance(ei.value, PreProviderError)
@@ -220,7 +220,7 @@ def test_cli_exit_3_for_every_cause(
 
 def test_cli_not_required_errors_exit_1(lane_env: dict[str, str], refused_port: int) -> None:
     env = dict(lane_env, LANE_COORDINATOR_URL=f"http://127.0.0.1:{refused_port}",
-               LANE_TOKEN=SECRET, LANE_MACHINE_ID="studio-a")  # fmt: skip
+               LANE_TOKEN=SECRET, LANE_MACHINE_ID="studio-a", LANE_TIMEOUT_SECONDS="1")  # fmt: skip
     r = lane("status", "--lane", LANE, env=env)
     assert r.code == 1 and "unreachable" in r.err and SECRET not in r.out + r.err
     assert not Path(env["LANE_STATE_DIR"]).exists()  # a URL is set: no local queue either

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 import client.driver.heartbeat as heartbeat_mod
-from client.api import LaneClient
+from client.api import NO_RETRY, LaneClient
 from client.clock import monotonic
 from client.driver import LeaseLost, Turn
 from client.driver.journal import NEEDS_LEASE_LOST, Journal
@@ -80,7 +80,7 @@ async def test_hand_release_from_the_same_machine_loses_the_lease(
 async def test_transient_heartbeat_errors_are_not_refusals(
     coord: ThreadedCoordinator, clients: Clients
 ) -> None:
-    a = Recording(clients("studio-a", "claim-a"))
+    a = Recording(clients("studio-a", "claim-a", retry=NO_RETRY))
     async with Turn(a, LANE, "proj", "scene-1", H, **FAST) as turn:  # type: ignore[arg-type]
         for fault in ("503", "drop"):
             coord.faults["/v1/lanes/heartbeat"] = fault
@@ -98,7 +98,7 @@ async def test_transient_heartbeat_errors_are_not_refusals(
 async def test_a_lease_unconfirmed_for_a_whole_lease_is_lost(
     coord: ThreadedCoordinator, clients: Clients, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    a = clients()
+    a = clients(retry=NO_RETRY)
     turn = Turn(a, LANE, "proj", "scene-1", H, **FAST)  # type: ignore[arg-type]
     with pytest.raises(LeaseLost, match="unconfirmed"):
         async with turn:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import rfc8785
 
-from client.api import LaneClient
+from client.api import NO_RETRY, LaneClient
 from client.driver import Turn
 from client.driver.receipts import (
     PHASES,
@@ -183,7 +183,7 @@ async def test_refused_writes_are_dropped_not_fatal(
 @pytest.mark.parametrize("required", [False, True])
 async def test_unreachable_coordinator_drops_the_receipt(refused_port: int, required: bool) -> None:
     gone = LaneClient(f"http://127.0.0.1:{refused_port}", "x" * 40, "studio-a", "claim-a",
-                      required=required, timeout=5)  # fmt: skip
+                      required=required, timeout=5, retry=NO_RETRY)  # fmt: skip
     try:
         r = Receipts(gone, LANE, "t_" + secrets.token_urlsafe(16))
         assert await r.provider_submitted("job-1") is None
@@ -199,7 +199,8 @@ async def test_receipt_failures_during_a_turn_do_not_fail_it(
     coord: ThreadedCoordinator, clients: Clients, fault: str
 ) -> None:
     coord.faults["/v1/lanes/receipt"] = fault
-    a = clients("studio-a", "claim-a", required=True)  # even fail-closed: receipts are evidence
+    # even fail-closed: receipts are evidence (no retries: each fault fails at once)
+    a = clients("studio-a", "claim-a", required=True, retry=NO_RETRY)
     provider = FakeProvider()
     async with Turn(a, LANE, "proj", "scene-1", H) as turn:
         await turn.references_applied([hash_bytes(b"ref")])
