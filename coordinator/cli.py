@@ -1,4 +1,4 @@
-"""`lane-coordinator serve|check|backup` (SPEC §10)."""
+"""`lane-coordinator serve|check|backup|migrate|import`."""
 
 from __future__ import annotations
 
@@ -24,21 +24,54 @@ from coordinator.config import Config, load_config, load_tokens
 from coordinator.errors import ConfigError, LaneError
 from coordinator.logs import configure_logging
 from coordinator.names import lane_from_file_name
+from coordinator.protocol.constants import ACTOR_POSTGRES, ACTOR_SQLITE
 from coordinator.store.files import copy_lane_file, make_private_dir
+from coordinator.store.postgres_db import migrate, migrations, redact_dsn
+from coordinator.store.postgres_storage import PostgresStorage
 from coordinator.store.sqlite import SqliteLaneStore
+from coordinator.store.storage import SQLITE, is_postgres_url
 
 log = structlog.get_logger("coordinator.cli")
 
 PRIVATE_UMASK = 0o077
 
 
+STORE_ENV = "LANE_COORDINATOR_STORE"
+STORE_HELP = (
+    "where lanes are kept: 'sqlite' (lane files under --data-dir) or "
+    "postgresql://user@host[:port]/db (replicas; password in PGPASSWORD or ~/.pgpass); "
+    f"default: ${STORE_ENV}, else the config's `store`, else sqlite"
+)
+
+
+def _store_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", default=None, metavar="URL", help=STORE_HELP)
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default=C.DEFAULT_HOST)
     p.add_argument("--port", type=int, default=C.DEFAULT_PORT)
-    p.add_argument("--data-dir", type=Path, required=True)
+    p.add_argument(
+        "--data-dir", type=Path, default=None, help="lane files (the sqlite store; required there)"
+    )
+    _store_arg(p)
     p.add_argument("--config", type=Path, default=None)
     p.add_argument("--token-file", type=Path, default=None)
     p.add_argument("--log-level", default="info")
+
+
+def resolve_store(
+    flag: str | None, config: Config, env: dict[str, str] | None = None
+) -> str | None:
+    """The store URL in force: --store, else $LANE_COORDINATOR_STORE, else the config's
+    `store`; None (or "sqlite") is the SQLite store."""
+    from_env = (os.environ if env is None else env).get(STORE_ENV)
+    url = flag or from_env or config.store
+    if url is None or url == SQLITE:
+        return None
+    if not is_postgres_url(url):
+        raise ConfigError("store: expected 'sqlite' or a postgresql://user@host[:port]/db URL")
+    return url
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,6 +83,21 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("backup", help="consistent online copies of every lane file")
     b.add_argument("dest", type=Path)
     b.add_argument("--data-dir", type=Path, required=True)
+    m = sub.add_parser("migrate", help="apply the PostgreSQL migrations (replicas)")
+    _store_arg(m)
+    m.add_argument("--config", type=Path, default=None, help="read `store` from this config")
+    i = sub.add_parser("import", help="copy SQLite lane files into a PostgreSQL store")
+    i.add_argument("--from", dest="source", type=Path, required=True, metavar="DATA_DIR")
+    i.add_argument(
+        "--lane",
+        dest="lanes",
+        action="append",
+        default=None,
+        metavar="LANE",
+        help="import only this lane (repeatable; default: every lane file)",
+    )
+    _store_arg(i)
+    i.add_argument("--config", type=Path, default=None, help="read `store` from this config")
     return parser
 
 
@@ -59,8 +107,50 @@ def _load(args: argparse.Namespace) -> tuple[Config, list[bytes]]:
     return config, tokens
 
 
+def _postgres_url(args: argparse.Namespace, what: str) -> str:
+    url = resolve_store(args.store, load_config(args.config))
+    if url is None:
+        raise ConfigError(f"{what}: needs a postgresql:// store (--store or ${STORE_ENV})")
+    return url
+
+
+def migrate_cmd(args: argparse.Namespace) -> int:
+    url = _postgres_url(args, "migrate")
+    applied = migrate(url)
+    done = ", ".join(applied) if applied else "nothing to apply"
+    print(f"ok: {redact_dsn(url)} migrated ({done}); schema version {migrations()[-1][0]}")
+    return 0
+
+
+def import_cmd(args: argparse.Namespace) -> int:
+    from coordinator.store.importer import import_data_dir
+
+    url = _postgres_url(args, "import")
+    if not args.source.is_dir():
+        raise ConfigError(f"import: {args.source} is not a directory")
+    report = import_data_dir(args.source, url, lanes=args.lanes)
+    print(report.summary())
+    return 0 if report.ok else 1
+
+
 def check(args: argparse.Namespace) -> int:
     config, tokens = _load(args)
+    url = resolve_store(args.store, config)
+    if url is not None:
+        storage = PostgresStorage(url)
+        try:
+            storage.start()  # reachable, migrated, not edited, not newer
+            version = migrations()[-1][0]
+        finally:
+            storage.stop()
+        print(
+            f"ok: config valid ({len(config.routes)} routes, {len(config.lanes)} lane "
+            f"overrides), {len(tokens)} token(s) accepted, database {redact_dsn(url)} at "
+            f"schema version {version}; would listen on {args.host}:{args.port}"
+        )
+        return 0
+    if args.data_dir is None:
+        raise ConfigError("--data-dir is required with the sqlite store")
     data_dir: Path = args.data_dir
     if data_dir.exists() and not data_dir.is_dir():
         raise ConfigError(f"data dir: {data_dir} is not a directory")
@@ -162,11 +252,14 @@ async def _serve(args: argparse.Namespace) -> int:
     from coordinator.http.server import LaneRunner
 
     config, tokens = _load(args)
+    url = resolve_store(args.store, config)
+    if url is None and args.data_dir is None:
+        raise ConfigError("--data-dir is required with the sqlite store")
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(_loop_exception_handler(args.log_level.lower() == "debug"))
     _raise_open_file_limit(config.max_connections)
-    app = create_app(config, tokens, args.data_dir)
-    runner = LaneRunner(app, config)
+    app = create_app(config, tokens, args.data_dir, store=url or SQLITE)
+    runner = LaneRunner(app, config, kind=ACTOR_POSTGRES if url else ACTOR_SQLITE)
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port)
     try:
@@ -187,7 +280,8 @@ async def _serve(args: argparse.Namespace) -> int:
     log.info(
         "coordinator.started",
         version=__version__,
-        data_dir=str(args.data_dir),
+        store=redact_dsn(url) if url else SQLITE,
+        data_dir=str(args.data_dir) if url is None else None,
         address=_address(args.host, port),
     )
     print(f"lane-coordinator listening on http://{args.host}:{port}", file=sys.stderr)
@@ -264,6 +358,10 @@ def main(argv: list[str] | None = None) -> int:
             return check(args)
         if args.command == "backup":
             return backup(args)
+        if args.command == "migrate":
+            return migrate_cmd(args)
+        if args.command == "import":
+            return import_cmd(args)
         return asyncio.run(_serve(args))
     except ConfigError as exc:
         print(f"lane-coordinator: {exc}", file=sys.stderr)

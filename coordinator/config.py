@@ -52,6 +52,9 @@ class Config:
     keepalive_timeout_seconds: float = DEFAULT_KEEPALIVE_TIMEOUT_SECONDS
     max_lanes: int = DEFAULT_MAX_LANES
     metrics_max_lanes: int = DEFAULT_METRICS_MAX_LANES
+    # "sqlite" (None: the default, lane files under --data-dir) or a postgresql:// URL;
+    # --store and LANE_COORDINATOR_STORE take precedence (docs/operator.md)
+    store: str | None = None
     routes: dict[str, int] = field(default_factory=dict)  # route -> capacity
     lanes: dict[str, int] = field(default_factory=dict)  # lane -> capacity override
 
@@ -126,6 +129,7 @@ def _waiter_timeout(raw: dict[str, Any]) -> float:
 
 
 KNOWN_KEYS = {
+    "store",
     "default_lease_seconds",
     "waiter_timeout_seconds",
     "default_hold_seconds",
@@ -194,6 +198,11 @@ def parse_config(raw: dict[str, Any]) -> Config:
             integer=True,
         ),
     )
+    store = raw.get("store")
+    if store is not None:
+        if not isinstance(store, str) or not store:
+            raise ConfigError("config: store must be 'sqlite' or a postgresql:// URL")
+        cfg.store = store
     routes = raw.get("routes", {})
     if not isinstance(routes, dict):
         raise ConfigError("config: [routes] must be a table")

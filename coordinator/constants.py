@@ -50,3 +50,20 @@ LOG_INTERVAL_SECONDS: Final = 60.0  # a recurring warning: at most one line per 
 # Server defaults
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8787
+
+# PostgreSQL replicas (coordinator/store/postgres_storage.py, coordinator/actor/registry.py)
+PG_MAX_TRANSACTIONS: Final = 8  # lane transactions (and sessions) one replica runs at once
+ALARM_POLL_SECONDS: Final = 1.0  # every replica looks for lanes whose deadline has come
+ALARM_POLL_BATCH: Final = 1000  # lanes woken per poll at most (the rest on the next poll)
+LISTEN_HEALTH_SECONDS: Final = 5.0  # the LISTEN session is checked when quiet this long
+LISTEN_RETRY_SECONDS: Final = 1.0  # between attempts to open a lost LISTEN session again
+PARKED_RECHECK_SECONDS: Final = 5.0  # parked awaits re-check on this timer (a lost NOTIFY)
+READY_PROBE_TIMEOUT_SECONDS: Final = 2.0  # /readyz: the database must answer within this
+
+# Machines seen, stored so every replica tells the same story and a restart forgets nothing:
+# presence (GET /v1/machines, coordinator/http/presence.py) and each lane's evidence
+# (machines seen, coordinator/engine/lane_queue.py). A stored sighting is rewritten at most
+# this often per row (a heartbeat loop does not write on every call); a new one at once.
+SEEN_WRITE_SECONDS: Final = 30.0
+PRESENCE_RECENT_SECONDS: Final = 3600.0  # /v1/machines lists the machines seen this recently
+MACHINES_LISTED_MAX: Final = 1000  # machines listed at most (presence, a lane's evidence)

@@ -18,7 +18,6 @@ from coordinator.actor.lane_actor import Ctx, operation_job
 from coordinator.actor.registry import LaneRegistry
 from coordinator.clock import Clock
 from coordinator.constants import (
-    COORDINATOR_KIND,
     DEFAULT_INCIDENTS_LIMIT,
     OVERVIEW_DEFAULT_HISTORY,
     OVERVIEW_DEFAULT_LOG_LIMIT,
@@ -78,6 +77,7 @@ class LaneService:
         self.registry = registry
         self.clock = clock
         self.config = registry.config
+        self.kind = registry.kind  # what replies say in `coordinator`
 
     # ---------------------------------------------------------------- helpers
 
@@ -101,7 +101,7 @@ class LaneService:
             self._settings(lane),
             LaneSnapshot(),
             self.clock.now(),
-            coordinator=COORDINATOR_KIND,
+            coordinator=self.kind,
         )
 
     async def _perform(
@@ -112,7 +112,7 @@ class LaneService:
         try:
             result: R = await self._job(lane, operation_job(op, parked), create=op.creates)
         except _NoLane:
-            return detached(op, lane, self._settings(lane), self.clock.now(), COORDINATOR_KIND)
+            return detached(op, lane, self._settings(lane), self.clock.now(), self.kind)
         return result
 
     # ---------------------------------------------------------------- operations
@@ -120,7 +120,7 @@ class LaneService:
     async def acquire(self, lane: str, cmd: Acquire) -> wire.LaneReply:
         if not self.enforced(lane):
             tid = UNLIMITED_PREFIX + str(uuid.uuid4())
-            return unenforced.lane_reply(lane, cmd, tid, self.clock.now(), COORDINATOR_KIND)
+            return unenforced.lane_reply(lane, cmd, tid, self.clock.now(), self.kind)
         return await self._perform(lane, AcquireOp(cmd))
 
     async def await_(self, lane: str, call: TicketCall, wait_seconds: float) -> wire.LaneReply:
@@ -128,44 +128,55 @@ class LaneService:
             if self.enforced(lane):
                 raise NotFound(f"ticketId: no ticket {call.ticket_id!r} in lane {lane}")
             now = self.clock.now()
-            return unenforced.lane_reply(lane, None, call.ticket_id, now, COORDINATOR_KIND)
+            return unenforced.lane_reply(lane, None, call.ticket_id, now, self.kind)
         deadline = self.clock.now() + wait_seconds
-        parked: list[asyncio.Future[None]] = []
         op = AwaitOp(call)
+        parked: list[asyncio.Future[None]] = []
         reply = await self._perform(lane, op, parked)
-        if not parked:
-            return reply
-        fut = parked[0]
-        timer = asyncio.ensure_future(self.clock.sleep_until(deadline))
-        try:
-            await asyncio.wait({fut, timer}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            timer.cancel()
-            fut.cancel()
-        return await self._perform(lane, op)
+        pause = reply.pause
+        # A wake-up is a reason to look again, not to answer: on replicas every parked await
+        # of a lane is woken by another replica's change to it (or the re-check timer). Answer
+        # only when the ticket is no longer queued, the pause changed, or the time is up.
+        while parked and not parked[0].done():
+            fut = parked[0]
+            timer = asyncio.ensure_future(self.clock.sleep_until(deadline))
+            try:
+                await asyncio.wait({fut, timer}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                timer.cancel()
+                fut.cancel()
+            if self.clock.now() >= deadline:
+                return await self._perform(lane, op)
+            parked = []
+            reply = await self._perform(lane, op, parked)
+            if reply.pause != pause:
+                break
+        for f in parked:
+            f.cancel()
+        return reply
 
     async def heartbeat(self, lane: str, cmd: Heartbeat) -> wire.HeartbeatReply:
         if not self.enforced(lane):
-            return unenforced.heartbeat_reply(COORDINATOR_KIND)
+            return unenforced.heartbeat_reply(self.kind)
         return await self._perform(lane, HeartbeatOp(cmd))
 
     async def release(self, lane: str, cmd: Release) -> wire.ReleaseReply:
         if not self.enforced(lane):
-            return unenforced.release_reply(cmd.outcome, COORDINATOR_KIND)
+            return unenforced.release_reply(cmd.outcome, self.kind)
         return await self._perform(lane, ReleaseOp(cmd))
 
     async def cooldown(self, lane: str, cmd: Cooldown) -> wire.CooldownReply:
         if not self.enforced(lane):
-            return unenforced.cooldown_reply(COORDINATOR_KIND)
+            return unenforced.cooldown_reply(self.kind)
         return await self._perform(lane, CooldownOp(cmd))
 
     async def receipt(self, lane: str, cmd: RecordReceipt) -> tuple[int, wire.ReceiptReply]:
         if not self.enforced(lane):
-            return 200, unenforced.receipt_reply(COORDINATOR_KIND)
+            return 200, unenforced.receipt_reply(self.kind)
         return await self._perform(lane, ReceiptOp(cmd))
 
     def _unenforced_status(self, lane: str) -> wire.StatusReply:
-        return unenforced.status_reply(lane, self.clock.now(), COORDINATOR_KIND)
+        return unenforced.status_reply(lane, self.clock.now(), self.kind)
 
     async def status(self, lane: str, include_receipts: bool) -> wire.StatusReply:
         if not self.enforced(lane):
@@ -176,14 +187,14 @@ class LaneService:
     async def history(self, lane: str, limit: int, project: str | None) -> wire.HistoryReply:
         if not self.enforced(lane):
             retained_limit = self.config.history_retained
-            return unenforced.history_reply(lane, retained_limit, COORDINATOR_KIND)
+            return unenforced.history_reply(lane, retained_limit, self.kind)
         return await self._perform(lane, HistoryOp(limit, project))
 
     # ---------------------------------------------------------------- control-room reads
 
     async def lanes(self) -> wire.LanesReply:
         out: list[wire.LaneSummary] = []
-        for lane in self.registry.known_lanes():
+        for lane in await self.registry.known_lanes():
             settings = self.config.lane_settings(lane)
             if settings is None:
                 out.append(
@@ -204,10 +215,10 @@ class LaneService:
                 summary = self._empty_core(lane).summary(self.clock.now())
                 summary.error = exc.reason or exc.message
                 out.append(summary)
-        return wire.LanesReply(coordinator=COORDINATOR_KIND, lanes=out, now=self.clock.now())
+        return wire.LanesReply(coordinator=self.kind, lanes=out, now=self.clock.now())
 
     async def incidents(self, lane: str | None, limit: int) -> wire.IncidentsReply:
-        lanes = [lane] if lane is not None else self.registry.known_lanes()
+        lanes = [lane] if lane is not None else await self.registry.known_lanes()
         rows: list[wire.Incident] = []
         for name in lanes:
             if not self.enforced(name):
@@ -226,7 +237,7 @@ class LaneService:
             except _NoLane:
                 continue
         rows.sort(key=lambda r: (r.at, r.id), reverse=True)
-        return wire.IncidentsReply(coordinator=COORDINATOR_KIND, incidents=rows[:limit])
+        return wire.IncidentsReply(coordinator=self.kind, incidents=rows[:limit])
 
     async def overview(self, q: OverviewQuery) -> wire.Overview:
         """Every lane in one bounded read: what the control room's periodic refresh needs.
@@ -239,7 +250,7 @@ class LaneService:
         `q.project`. `machines` is left empty: the HTTP layer fills it (presence lives there).
         """
         now = self.clock.now()
-        lanes = self.registry.known_lanes()
+        lanes = await self.registry.known_lanes()
         views = await asyncio.gather(*(self._overview_lane(lane, q) for lane in lanes))
         incidents = [row for v in views for row in v.incidents]
         incidents.sort(key=lambda r: (r.at, r.id), reverse=True)
@@ -248,7 +259,7 @@ class LaneService:
         log_rows = log_rows[: q.limit]
         in_log = [v for v in views if q.lane is None or v.lane.lane == q.lane]
         return wire.Overview(
-            coordinator=COORDINATOR_KIND,
+            coordinator=self.kind,
             now=now,
             limits=wire.OverviewLimits(
                 history=q.history,
@@ -318,7 +329,7 @@ class LaneService:
             return await self._perform(lane, EvidenceOp(ticket_id))
         # unenforced: the coordinator keeps nothing of its tickets
         job = None if ticket_id is None else unknown_job(ticket_id)
-        return evidence_reply(lane, False, None, job, self.clock.now(), COORDINATOR_KIND)
+        return evidence_reply(lane, False, None, job, self.clock.now(), self.kind)
 
 
 def _overview_lane(

@@ -8,6 +8,9 @@ pipelined: while one group commits on a store thread, the next one is built in m
 that must read the store first commits what is pending, so reads see every acknowledged
 change. A commit that finds the lane's version moved (another writer) fails like a store
 error: the group answers 503 and the lane is reloaded.
+
+A store that other processes write too (PostgreSQL replicas) uses SharedLaneActor
+(coordinator/actor/shared_actor.py): lock-first batches instead of pipelining.
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ class Ctx:
         return self.actor.core
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
-        await self.actor._barrier()
+        if not self.actor.in_transaction:  # shared mode reads inside the lane transaction
+            await self.actor._barrier()
         return await self.actor._run(fn, *args)
 
     async def perform(self, op: Operation[R]) -> Result[R]:
@@ -110,8 +114,12 @@ class LaneActor:
         executor: Executor,
         clock: Clock,
         metrics: LaneObserver = NULL_METRICS,
+        *,
+        kind: str = COORDINATOR_KIND,
     ) -> None:
         self.lane = lane
+        self.kind = kind
+        self.in_transaction = False  # a job's reads run inside the lane transaction (shared)
         self.settings = settings
         self.store = store
         self.executor = executor
@@ -141,12 +149,12 @@ class LaneActor:
         self.last_used = self.clock.now()
         self._loop_task = asyncio.create_task(self._loop(), name=f"lane-actor:{self.lane}")
         # Leases that ran out while we were down are reaped at their original expiry now.
-        await self.submit(_noop)
+        await self.submit(noop_job)
 
     async def _load(self) -> None:
         snapshot = await self._run(self.store.load)
         now = lane_now(self.clock.now(), snapshot.last_now, self._last_now)
-        self.core = LaneCore(self.lane, self.settings, snapshot, now, coordinator=COORDINATOR_KIND)
+        self.core = LaneCore(self.lane, self.settings, snapshot, now, coordinator=self.kind)
         self._version = snapshot.version
         self._last_now = now
 
@@ -228,13 +236,17 @@ class LaneActor:
                     await self._mailbox.put(None)  # stop after this batch
                     break
                 batch.append(nxt)
-            for job, fut in batch:
-                if self._broken and not await self._recover():
-                    self._settle([_Pending(fut, error=Unavailable("lane store unavailable"))])
-                    continue
-                await self._execute(job, fut)
-            self._kick()
+            await self._run_batch(batch)
             self._rearm()
+
+    async def _run_batch(self, batch: list[tuple[Job, asyncio.Future[Any]]]) -> None:
+        """Run the jobs in memory into the pending group and start its commit (pipelined)."""
+        for job, fut in batch:
+            if self._broken and not await self._recover():
+                self._settle([_Pending(fut, error=Unavailable("lane store unavailable"))])
+                continue
+            await self._execute(job, fut)
+        self._kick()
 
     async def _execute(self, job: Job, fut: asyncio.Future[Any]) -> None:
         now = lane_now(self.clock.now(), self._last_now)  # the lane's clock never runs back
@@ -330,7 +342,12 @@ class LaneActor:
             return
         finally:
             self._committing = None
-        self._observe(fx, len(pending), time.perf_counter() - started)
+        self._committed(fx, pending, time.perf_counter() - started)
+        self._kick()
+
+    def _committed(self, fx: Effects, pending: list[_Pending], seconds: float) -> None:
+        """A group is durable: count and log it, release its replies, wake its waiters."""
+        self._observe(fx, len(pending), seconds)
         last_put = {
             ch.ticket.ticket_id: i for i, ch in enumerate(fx.changes) if isinstance(ch, PutTicket)
         }
@@ -340,7 +357,6 @@ class LaneActor:
         self._observe(None)
         self._settle(pending)
         self._wake(fx)
-        self._kick()
 
     @staticmethod
     def _settle(pending: list[_Pending]) -> None:
@@ -404,6 +420,11 @@ class LaneActor:
                 if not f.done():
                     f.set_result(None)
 
+    def wake_all(self) -> None:
+        """Every parked await of this lane reads the lane again (another replica changed it,
+        or a notification may have been lost)."""
+        self._wake_all()
+
     def _wake_all(self) -> None:
         for futs in list(self._parked.values()):
             for f in list(futs):
@@ -430,10 +451,11 @@ class LaneActor:
         self._alarm_at = None
         if not self.closed:
             with contextlib.suppress(LaneError):
-                await self.submit(_noop)
+                await self.submit(noop_job)
 
 
-async def _noop(ctx: Ctx) -> None:
+async def noop_job(ctx: Ctx) -> None:
+    """Nothing but the lane's clock: whatever fell due (expiries, pauses) is done."""
     return None
 
 

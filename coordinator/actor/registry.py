@@ -1,128 +1,157 @@
-"""The lane registry: opens a lane's actor on first use, re-arms lanes at startup,
-and closes idle lanes so their store connections (and threads) are released."""
+"""The lane registry: opens a lane's actor on first use, re-arms lanes at startup, closes
+idle lanes so their store connections (and threads) are released, and, when the store is
+shared by replicas (PostgreSQL), runs the two things that make replicas agree in time: the
+LISTEN session (another replica's commit wakes this one's parked awaits) and the alarm
+poller (a deadline armed by any replica, even a dead one, fires within ALARM_POLL_SECONDS)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from typing import Any, TypeVar
 
 import structlog
 
-from coordinator.actor.lane_actor import LaneActor
+from coordinator.actor.lane_actor import LaneActor, noop_job
+from coordinator.actor.shared_actor import SharedLaneActor
 from coordinator.clock import Clock
 from coordinator.config import Config
-from coordinator.constants import JANITOR_INTERVAL_SECONDS, LANE_IDLE_CLOSE_SECONDS, STORE_THREADS
-from coordinator.errors import ConfigError, StoreError, Unavailable
+from coordinator.constants import (
+    ALARM_POLL_SECONDS,
+    JANITOR_INTERVAL_SECONDS,
+    LANE_IDLE_CLOSE_SECONDS,
+    PARKED_RECHECK_SECONDS,
+    STORE_THREADS,
+)
+from coordinator.errors import LaneError, StoreError, Unavailable
 from coordinator.logs import RateLimitedLog
 from coordinator.metrics import NULL_METRICS, LaneObserver
-from coordinator.names import lane_file_name, lane_from_file_name
-from coordinator.store.files import (
-    data_dir_unwritable,
-    is_empty_file,
-    make_private_dir,
-    open_failure_reason,
-)
-from coordinator.store.lock import DataDirLock
-from coordinator.store.sqlite import SqliteLaneStore
+from coordinator.store.files import open_failure_reason
+from coordinator.store.storage import Storage
 
 log = structlog.get_logger("coordinator.registry")
+T = TypeVar("T")
 
-RESCAN_SECONDS = 1.0  # at the limit, the data dir is listed again at most once a second
-READY_CHECK_SECONDS = 1.0  # /readyz probes the data dir at most once a second
+RESCAN_SECONDS = 1.0  # at the limit, the stored lanes are listed again at most once a second
+READY_CHECK_SECONDS = 1.0  # /readyz probes the store at most once a second
 
 
 class LaneRegistry:
     def __init__(
-        self, config: Config, data_dir: Path, clock: Clock, metrics: LaneObserver = NULL_METRICS
+        self, config: Config, storage: Storage, clock: Clock, metrics: LaneObserver = NULL_METRICS
     ) -> None:
         self.config = config
-        self.data_dir = data_dir
+        self.storage = storage
+        self.kind = storage.kind
         self.clock = clock
         self.metrics = metrics
-        self.executor = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="lane-store")
+        # A shared store's transaction may wait for another replica's lock on a store
+        # thread: one thread per transaction it may run at once, and two for the rest.
+        threads = max(STORE_THREADS, (storage.max_transactions or 0) + 2)  # + probes, polls
+        self.executor = ThreadPoolExecutor(threads, thread_name_prefix="lane-store")
         self._actors: dict[str, LaneActor] = {}
         self._opening: dict[str, asyncio.Task[LaneActor]] = {}
-        self._janitor: asyncio.Task[None] | None = None
-        self._failed: dict[str, str] = {}  # lane -> why its file cannot be opened or read
+        self._tasks: list[asyncio.Task[None]] = []
+        self._firing: dict[str, asyncio.Task[None]] = {}  # lanes the alarm poller is waking
+        self._failed: dict[str, str] = {}  # lane -> why its store cannot be opened or read
         self._closing = False
+        self._stopped = False
         self._draining = False
         self._started = False
+        self._storage_started = False
         self._ready_checked_at: float | None = None
-        self._unwritable: str | None = None
-        self._lock = DataDirLock(data_dir)
-        # Lanes counted against max_lanes: those with a file (read at start, re-read at the
-        # limit so a removed file frees its place) and those being created now.
+        self._ready_probe: asyncio.Task[str | None] | None = None
+        self._problem: str | None = None
+        # A shared store bounds the lane transactions one replica runs at once.
+        slots = storage.max_transactions
+        self._txn_slots = asyncio.Semaphore(slots) if slots is not None else None
+        # Lanes counted against max_lanes: those stored (read at start, re-read at the limit
+        # so a removed lane frees its place) and those being created now.
         self._lane_files: set[str] = set()
+        self._stored: list[str] = []
         self._scanned_at = 0.0
         self._limit_log = RateLimitedLog("lane.limit_reached")
+        self._poll_failed = RateLimitedLog("lane.alarm_poll_failed")
 
-    def path_for(self, lane: str) -> Path:
-        return self.data_dir / lane_file_name(lane)
-
-    def lanes_on_disk(self) -> list[str]:
-        """Lanes with a file; a 0-byte file (an older version's failed first open) is not
-        one: its lane has no file yet, and the next acquire replaces it atomically."""
-        out = []
-        for p in sorted(self.data_dir.iterdir()):
-            lane = lane_from_file_name(p.name)
-            if lane is not None and p.is_file() and not is_empty_file(p):
-                out.append(lane)
-        return out
-
-    def _has_file(self, lane: str) -> bool:
-        path = self.path_for(lane)
-        return path.exists() and not is_empty_file(path)
+    async def _io(self, fn: Callable[..., T], *args: Any) -> T:
+        """A storage call on a store thread (files or the network may block)."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
     def lane_error(self, lane: str) -> str | None:
         """Why the lane's file could not be opened or read at its last attempt (None: fine)."""
         return self._failed.get(lane)
 
-    def known_lanes(self) -> list[str]:
-        return sorted(set(self.lanes_on_disk()) | set(self.config.lanes) | set(self._actors))
+    async def known_lanes(self) -> list[str]:
+        """Every stored lane, configured lane and open lane, sorted. When the store cannot
+        list its lanes (the database is down), the last list it gave is used."""
+        with contextlib.suppress(StoreError):
+            self._stored = await self._io(self.storage.stored_lanes)
+        return sorted(set(self._stored) | set(self.config.lanes) | set(self._actors))
 
     async def start(self) -> None:
-        if self.data_dir.exists() and not self.data_dir.is_dir():
-            raise ConfigError(f"data dir: {self.data_dir} exists and is not a directory")
-        if self.data_dir.is_dir() and self.data_dir.stat().st_mode & 0o077:
-            # Its lane files are 0600 anyway; the directory's mode is the operator's choice.
-            log.warning("data_dir.not_private", data_dir=str(self.data_dir), hint="chmod 700")
-        make_private_dir(self.data_dir)
-        self._lock.acquire()
-        self._lane_files = set(self.lanes_on_disk())
+        await self._io(self.storage.start)
+        self._storage_started = True
+        stored = await self._io(self.storage.stored_lanes)
+        self._stored = stored
+        self._lane_files = set(stored)
         self._scanned_at = time.monotonic()
-        for p in sorted(self.data_dir.iterdir()):
-            if lane_from_file_name(p.name) is not None and is_empty_file(p):
-                log.warning("lane.empty_file_ignored", file=p.name, hint="no lane yet")
-        for lane in self.lanes_on_disk():
-            if self.config.lane_settings(lane) is None:
-                log.warning("lane.unenforced_file_ignored", lane=lane)
-                continue
-            try:
-                actor = await self.get(lane, create=False)
-            except StoreError:
-                continue  # logged and counted by _open; every other lane is served
-            if actor is not None and actor.idle():
-                await self._close(lane)
-            elif actor is not None:
-                log.info("lane.rearmed", lane=lane, live=len(actor.core.live) if actor.core else 0)
-        self._janitor = asyncio.create_task(self._janitor_loop(), name="lane-janitor")
+        if not self.storage.shared:
+            # One server: re-arm every lane now. Replicas: the alarm poller finds due lanes.
+            for lane in stored:
+                await self._rearm_stored(lane)
+        self._tasks.append(asyncio.create_task(self._janitor_loop(), name="lane-janitor"))
+        if self.storage.shared:
+            self._tasks.append(
+                asyncio.create_task(
+                    self.storage.listen(self.on_lane_notified, self.wake_all_parked),
+                    name="lane-listen",
+                )
+            )
+            self._tasks.append(asyncio.create_task(self._alarm_poller(), name="lane-alarms"))
+            self._tasks.append(asyncio.create_task(self._parked_recheck(), name="lane-recheck"))
         self._started = True
 
-    def not_ready_reason(self) -> str | None:
-        """Why no change could be committed now (None: ready). The data dir write probe is
-        cached for READY_CHECK_SECONDS, so a flood of probes costs one write a second."""
+    async def _rearm_stored(self, lane: str) -> None:
+        if self.config.lane_settings(lane) is None:
+            log.warning("lane.unenforced_file_ignored", lane=lane)
+            return
+        try:
+            actor = await self.get(lane, create=False)
+        except StoreError:
+            return  # logged and counted by _open; every other lane is served
+        if actor is not None and actor.idle():
+            await self._close(lane)
+        elif actor is not None:
+            log.info("lane.rearmed", lane=lane, live=len(actor.core.live) if actor.core else 0)
+
+    async def not_ready_reason(self) -> str | None:
+        """Why no change could be committed now (None: ready). The store is probed at most
+        once per READY_CHECK_SECONDS (a data dir write, or a database round trip), so a
+        flood of probes costs one a second; concurrent callers share one probe."""
         if self._closing or self._draining:
             return "shutting down"
         if not self._started:
             return "starting"
         now = time.monotonic()
-        if self._ready_checked_at is None or now - self._ready_checked_at >= READY_CHECK_SECONDS:
-            self._unwritable = data_dir_unwritable(self.data_dir)
-            self._ready_checked_at = now
-        return self._unwritable
+        stale = (
+            self._ready_checked_at is None or now - self._ready_checked_at >= READY_CHECK_SECONDS
+        )
+        if stale and self._ready_probe is None:
+            self._ready_probe = asyncio.ensure_future(self._io(self.storage.problem))
+        if self._ready_probe is not None:
+            probe = self._ready_probe
+            try:
+                self._problem = await asyncio.shield(probe)
+            except Exception as exc:
+                self._problem = f"store check failed: {type(exc).__name__}"
+            finally:
+                if self._ready_probe is probe and probe.done():
+                    self._ready_probe = None
+                    self._ready_checked_at = time.monotonic()
+        return self._problem
 
     def broken_lane_count(self) -> int:
         """Lanes whose file could not be opened or read at their last attempt."""
@@ -137,10 +166,16 @@ class LaneRegistry:
             return actor
         task = self._opening.get(lane)
         if task is None:
-            if not self._has_file(lane):
+            stored = await self._io(self.storage.has_lane, lane)
+            task = self._opening.get(lane)  # another call may have started it meanwhile
+            actor = self._actors.get(lane)
+            if actor is not None and not actor.closed:
+                return actor
+        if task is None:
+            if not stored:
                 if not create:
                     return None
-                self._admit_new(lane)  # before any file is made
+                self._admit_new(lane)  # before anything is stored
             task = asyncio.create_task(self._open(lane), name=f"lane-open:{lane}")
             self._opening[lane] = task
         try:
@@ -152,8 +187,23 @@ class LaneRegistry:
     async def _open(self, lane: str) -> LaneActor:
         settings = self.config.lane_settings(lane)
         assert settings is not None
-        store = SqliteLaneStore(self.path_for(lane), lane)
-        actor = LaneActor(lane, settings, store, self.executor, self.clock, self.metrics)
+        store = self.storage.make_store(lane)
+        actor: LaneActor
+        if self.storage.shared:
+            actor = SharedLaneActor(
+                lane,
+                settings,
+                store,
+                self.executor,
+                self.clock,
+                self.metrics,
+                kind=self.kind,
+                txn_slots=self._txn_slots,
+            )
+        else:
+            actor = LaneActor(
+                lane, settings, store, self.executor, self.clock, self.metrics, kind=self.kind
+            )
         if self._draining:
             actor.drain()
         try:
@@ -161,8 +211,9 @@ class LaneRegistry:
         except Exception as exc:
             with contextlib.suppress(Exception):
                 await actor.stop()  # closes the store
-            if not self._has_file(lane):
-                self._lane_files.discard(lane)  # no file was made: it takes no place
+            with contextlib.suppress(Exception):
+                if not await self._io(self.storage.has_lane, lane):
+                    self._lane_files.discard(lane)  # nothing was stored: it takes no place
             raise self._open_failed(lane, exc) from exc
         self._actors[lane] = actor
         if self._failed.pop(lane, None) is not None:
@@ -181,7 +232,10 @@ class LaneRegistry:
             return
         limit = self.config.max_lanes
         if self.lane_count() >= limit and time.monotonic() - self._scanned_at >= RESCAN_SECONDS:
-            self._lane_files = set(self.lanes_on_disk()) | set(self._opening) | set(self._actors)
+            stored = set(self._stored)
+            with contextlib.suppress(StoreError):
+                stored = set(self.storage.stored_lanes())  # a cheap listing, once a second
+            self._lane_files = stored | set(self._opening) | set(self._actors)
             self._scanned_at = time.monotonic()
         if self.lane_count() >= limit:
             self.metrics.lane_limit_refused()
@@ -200,7 +254,7 @@ class LaneRegistry:
         exactly as it is. Its operations answer 503 with the reason; other lanes go on."""
         reason = open_failure_reason(exc)
         if self._failed.get(lane) != reason:  # log each new reason once, not every request
-            log.error("lane.open_failed", lane=lane, file=self.path_for(lane).name, reason=reason)
+            log.error("lane.open_failed", lane=lane, reason=reason, **self.storage.where(lane))
         self._failed[lane] = reason
         self.metrics.lane_open_failures(len(self._failed))
         return StoreError(f"lane {lane} cannot be opened: {reason}", reason=reason)
@@ -236,13 +290,67 @@ class LaneRegistry:
     def open_lanes(self) -> list[str]:
         return sorted(self._actors)
 
+    # ---------------------------------------------------------------- replicas
+
+    def on_lane_notified(self, lane: str) -> None:
+        """Another replica committed a change to `lane` that may wake a parked await."""
+        actor = self._actors.get(lane)
+        if actor is not None:
+            actor.wake_all()
+
+    def wake_all_parked(self) -> None:
+        """Every parked await reads its lane afresh (a notification may have been lost)."""
+        for actor in list(self._actors.values()):
+            actor.wake_all()
+
+    async def _parked_recheck(self) -> None:
+        while True:
+            await asyncio.sleep(PARKED_RECHECK_SECONDS)
+            self.wake_all_parked()
+
+    async def _alarm_poller(self) -> None:
+        """Wake every lane whose recorded deadline has come, whoever armed it: a lease
+        expires on time even when the replica that granted it is gone. Two replicas waking
+        the same lane is harmless: the second finds nothing due."""
+        while True:
+            await asyncio.sleep(ALARM_POLL_SECONDS)
+            try:
+                due = await self._io(self.storage.lanes_due, self.clock.now())
+            except StoreError as exc:
+                self._poll_failed(error=exc.message)
+                continue
+            for lane in due:
+                if self._closing:
+                    return
+                if self.config.lane_settings(lane) is None or lane in self._firing:
+                    continue
+                self._firing[lane] = asyncio.create_task(self._fire(lane), name=f"alarm:{lane}")
+
+    async def _fire(self, lane: str) -> None:
+        try:
+            actor = await self.get(lane, create=False)
+            if actor is not None:
+                await actor.submit(noop_job)
+        except LaneError:
+            pass  # the lane answers 503 (logged where it failed); the next poll tries again
+        finally:
+            self._firing.pop(lane, None)
+
     async def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
         self._closing = True
-        if self._janitor is not None:
-            self._janitor.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._janitor
+                await task
+        self._tasks.clear()
+        for fire in list(self._firing.values()):
+            fire.cancel()
         for lane in list(self._actors):
             await self._close(lane)
+        if self._storage_started:
+            await self._io(self.storage.stop)
         self.executor.shutdown(wait=True)
-        self._lock.release()

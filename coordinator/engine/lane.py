@@ -181,9 +181,6 @@ class LaneCore(LaneViews):
             raise NotFound(f"ticketId: no ticket {ticket_id!r} in lane {self.lane}")
         return t
 
-    def _seen(self, machine_id: str, now: float) -> None:
-        self.machines_seen[machine_id] = now
-
     # ------------------------------------------------------------------ commands
 
     def acquire(self, cmd: Acquire, now: float) -> tuple[wire.LaneReply, Effects]:

@@ -7,8 +7,21 @@ from collections import deque
 
 from sortedcontainers import SortedList
 
-from coordinator.constants import ETA_HOLD_SAMPLE_SIZE
-from coordinator.engine.model import LaneSettings, LaneSnapshot, Pause, Ticket, TicketState
+from coordinator.constants import (
+    ETA_HOLD_SAMPLE_SIZE,
+    EVIDENCE_RECENT_SECONDS,
+    SEEN_WRITE_SECONDS,
+)
+from coordinator.engine.model import (
+    Effects,
+    LaneSettings,
+    LaneSnapshot,
+    Pause,
+    PruneMachinesSeen,
+    PutMachineSeen,
+    Ticket,
+    TicketState,
+)
 
 # A project never granted in this lane sorts before every granted one.
 _NEVER_SERVED = 0
@@ -37,7 +50,11 @@ class LaneQueue:
         self.history_count = snapshot.history_count
         self.incident_count = snapshot.incident_count
         self.last_collision = snapshot.last_collision
-        self.machines_seen: dict[str, float] = {}
+        # The evidence's machines seen: machine -> when last seen (what evidence lists),
+        # machine -> the time its stored row holds, and the machines whose row is due a write.
+        self.machines_seen: dict[str, float] = dict(snapshot.machines_seen)
+        self.seen_stored: dict[str, float] = dict(snapshot.machines_seen)
+        self.seen_unwritten: set[str] = set()
 
         self.live: dict[str, Ticket] = {}
         self.by_identity: dict[tuple[str, str, str], str] = {}
@@ -124,6 +141,36 @@ class LaneQueue:
         if t is not None and t.state is TicketState.QUEUED:
             t.last_seen_at = last_seen_at
             self._set_waiter_deadline(t)
+
+    # ------------------------------------------------------------------ machines seen
+
+    def _seen(self, machine_id: str, now: float) -> None:
+        """A call from `machine_id` (answered or refused): evidence lists it at once; its row
+        is due a write when the machine is new or its row is SEEN_WRITE_SECONDS old, so a
+        heartbeat loop does not write on every call (`flush_seen` writes what is due)."""
+        last = self.machines_seen.get(machine_id)
+        self.machines_seen[machine_id] = now if last is None else max(last, now)
+        stored = self.seen_stored.get(machine_id)
+        if stored is None or now - stored >= SEEN_WRITE_SECONDS:
+            self.seen_unwritten.add(machine_id)
+
+    def flush_seen(self, fx: Effects, now: float) -> None:
+        """Add the machines-seen rows due a write to an answered operation's effects, and a
+        prune of the rows older than EVIDENCE_RECENT_SECONDS (forgotten in memory too). A
+        refused call changes nothing: its machine's row is written with the next answer."""
+        if not self.seen_unwritten:
+            return
+        cutoff = now - EVIDENCE_RECENT_SECONDS
+        for machine_id in sorted(self.seen_unwritten):
+            at = self.machines_seen.get(machine_id)
+            if at is not None and at >= cutoff:
+                fx.changes.append(PutMachineSeen(machine_id, at))
+                self.seen_stored[machine_id] = at
+        self.seen_unwritten.clear()
+        fx.changes.append(PruneMachinesSeen(cutoff))
+        for seen in (self.machines_seen, self.seen_stored):
+            for machine_id in [m for m, at in seen.items() if at < cutoff]:
+                del seen[machine_id]
 
     # ------------------------------------------------------------------ reads
 

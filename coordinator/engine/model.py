@@ -175,6 +175,24 @@ class PruneIncidents:
     excess: int = 1
 
 
+@dataclass(slots=True, frozen=True)
+class PutMachineSeen:
+    """A machine seen on the lane (the evidence's machines seen): its row holds the later of
+    its stored time and `at`. Written when the machine is new or its row is old
+    (SEEN_WRITE_SECONDS), never on every call."""
+
+    machine_id: str
+    at: float
+
+
+@dataclass(slots=True, frozen=True)
+class PruneMachinesSeen:
+    """Delete the machines-seen rows last seen before `before` (an hour ago): they can never
+    be listed again."""
+
+    before: float
+
+
 Change = (
     PutTicket
     | PutCounters
@@ -184,6 +202,8 @@ Change = (
     | PutIncident
     | PruneHistory
     | PruneIncidents
+    | PutMachineSeen
+    | PruneMachinesSeen
 )
 
 
@@ -228,3 +248,5 @@ class LaneSnapshot:
     last_collision: dict[str, Any] | None = None
     version: int = 0  # the lane's version when it was loaded (engine/store.py)
     last_now: float | None = None  # the latest `now` a finished transaction ran at
+    # machine -> the time its machines-seen row holds (the rows of the hour before last_now)
+    machines_seen: dict[str, float] = field(default_factory=dict)

@@ -14,6 +14,10 @@ A host runs an operation like this (engine/store.py has the store side):
 
 A lane that has no store yet is answered by `detached` from an empty core, with no reads and
 nothing persisted: only an operation with `creates` (acquire) makes a lane.
+
+A ticket operation that is answered (not refused) also writes the machines-seen rows that are
+due (`answered`: a new machine, or a row older than SEEN_WRITE_SECONDS), so the evidence's
+machines seen survive the lane's close and a restart, and every replica loads them.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
 
-from coordinator.constants import EVIDENCE_RECENT_SECONDS
+from coordinator.constants import EVIDENCE_RECENT_SECONDS, MACHINES_LISTED_MAX
 from coordinator.engine.commands import (
     Acquire,
     Cooldown,
@@ -73,6 +77,12 @@ def detached(
     return op.run(core, now, Reads()).reply
 
 
+def answered(core: LaneCore, now: float, fx: Effects) -> Effects:
+    """An answered ticket operation's effects, with the machines-seen rows now due."""
+    core.flush_seen(fx, now)
+    return fx
+
+
 def _ended(core: LaneCore, ticket_id: str) -> Needs:
     """A ticket call reads the ticket from the store only once it left the live set."""
     return NO_NEEDS if ticket_id in core.live else Needs(ticket=ticket_id)
@@ -91,7 +101,7 @@ class AcquireOp:
 
     def run(self, core: LaneCore, now: float, reads: Reads) -> Result[wire.LaneReply]:
         reply, fx = core.acquire(self.cmd, now)
-        return Result(reply, fx)
+        return Result(reply, answered(core, now, fx))
 
 
 @dataclass(slots=True, frozen=True)
@@ -107,7 +117,7 @@ class AwaitOp:
 
     def run(self, core: LaneCore, now: float, reads: Reads) -> Result[wire.LaneReply]:
         reply, fx, park = core.await_(self.call, now, reads.ticket)
-        return Result(reply, fx, self.call.ticket_id if park else None)
+        return Result(reply, answered(core, now, fx), self.call.ticket_id if park else None)
 
 
 @dataclass(slots=True, frozen=True)
@@ -120,7 +130,7 @@ class HeartbeatOp:
 
     def run(self, core: LaneCore, now: float, reads: Reads) -> Result[wire.HeartbeatReply]:
         reply, fx = core.heartbeat(self.cmd, now, reads.ticket)
-        return Result(reply, fx)
+        return Result(reply, answered(core, now, fx))
 
 
 @dataclass(slots=True, frozen=True)
@@ -133,7 +143,7 @@ class ReleaseOp:
 
     def run(self, core: LaneCore, now: float, reads: Reads) -> Result[wire.ReleaseReply]:
         reply, fx = core.release(self.cmd, now, reads.ticket)
-        return Result(reply, fx)
+        return Result(reply, answered(core, now, fx))
 
 
 @dataclass(slots=True, frozen=True)
@@ -146,7 +156,7 @@ class CooldownOp:
 
     def run(self, core: LaneCore, now: float, reads: Reads) -> Result[wire.CooldownReply]:
         reply, fx = core.cooldown(self.cmd, now, reads.ticket)
-        return Result(reply, fx)
+        return Result(reply, answered(core, now, fx))
 
 
 @dataclass(slots=True, frozen=True)
@@ -164,7 +174,7 @@ class ReceiptOp:
         self, core: LaneCore, now: float, reads: Reads
     ) -> Result[tuple[int, wire.ReceiptReply]]:
         reply, fx, stored = core.receipt(self.cmd, now, reads.ticket, reads.receipt)
-        return Result((201 if stored else 200, reply), fx)
+        return Result((201 if stored else 200, reply), answered(core, now, fx))
 
 
 # ---------------------------------------------------------------- reads
@@ -239,18 +249,21 @@ class EvidenceOp:
 
 
 def coordinator_evidence(core: LaneCore, now: float) -> wire.CoordinatorEvidence:
+    """The machines seen on the lane in the last hour (the most recent first, at most
+    MACHINES_LISTED_MAX listed; `distinctMachines` counts them all) and the latest collision.
+    After a reload (a restart, the lane's close, another replica's write) a machine's
+    `lastSeenAt` is its stored time: at most SEEN_WRITE_SECONDS behind its last call."""
     seen = sorted(
         (
             wire.MachineSeen(machine_id=m, last_seen_at=at)
             for m, at in core.machines_seen.items()
             if now - at <= EVIDENCE_RECENT_SECONDS
         ),
-        key=lambda r: r.last_seen_at,
-        reverse=True,
+        key=lambda r: (-r.last_seen_at, r.machine_id),
     )
     collision = core.last_collision
     return wire.CoordinatorEvidence(
-        machines_seen=seen,
+        machines_seen=seen[:MACHINES_LISTED_MAX],
         distinct_machines=len(seen),
         collision=None if collision is None else _collision(collision),
     )

@@ -27,10 +27,12 @@ from coordinator.engine.model import Change, Incident, LaneSnapshot, Receipt, Ti
 @dataclass(slots=True, frozen=True)
 class LaneHead:
     """What `begin` reads under the lane's lock: every `finish` adds 1 to `version`;
-    `last_now` is the latest `now` a finished transaction ran at (None: never)."""
+    `last_now` is the latest `now` a finished transaction ran at (None: never);
+    `next_deadline` is what the last `finish` recorded (the alarm pollers read it)."""
 
     version: int
     last_now: float | None
+    next_deadline: float | None = None
 
 
 def lane_now(clock_now: float, *last: float | None) -> float:
@@ -61,10 +63,11 @@ class LaneStore(Protocol):
         """Write changes inside the transaction `begin` started (nothing durable yet)."""
         ...
 
-    def finish(self, next_deadline: float | None, last_now: float) -> int:
+    def finish(self, next_deadline: float | None, last_now: float, notify: bool = False) -> int:
         """Record the lane's next deadline and last `now`, add 1 to its version and COMMIT:
         every change applied since `begin` is durable, or (on an error) none is. Returns the
-        new version."""
+        new version. `notify`: tell other processes serving the lane (replicas) that a parked
+        await may need waking, once committed (a store without them ignores it)."""
         ...
 
     def abort(self) -> None:

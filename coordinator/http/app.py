@@ -68,6 +68,8 @@ from coordinator.protocol.errors import (
 from coordinator.protocol.names import parse_lane
 from coordinator.protocol.receipts import canonical_json, check_receipt_id, content_hash
 from coordinator.service import LaneService, new_ticket_id
+from coordinator.store.presence import presence_store_for
+from coordinator.store.storage import open_storage
 
 log = structlog.get_logger("coordinator.http")
 
@@ -110,9 +112,11 @@ def _validation_message(text: str) -> str:
 
 
 def _saw(request: web.Request, lane: str | None, machine: str | None, claim: str | None) -> None:
+    """Presence: the machine a signed call names (written through to the store, throttled;
+    never fails the request). The claim is not kept."""
     if machine:
         clock: Clock = request.app[CLOCK_KEY]  # type: ignore[assignment]
-        request.app[PRESENCE_KEY].saw(machine, clock.now(), lane, claim)
+        request.app[PRESENCE_KEY].saw(machine, clock.now(), lane)
 
 
 def _call(body: S.TicketBody) -> TicketCall:
@@ -209,10 +213,15 @@ async def history(request: web.Request) -> web.Response:
 def create_app(
     config: Config,
     tokens: list[bytes],
-    data_dir: Path,
+    data_dir: Path | None,
     clock: Clock | None = None,
+    *,
+    store: str | None = None,
 ) -> web.Application:
+    """The coordinator's app on the store `store` names (None: the config's `store`, else
+    SQLite lane files under `data_dir`)."""
     clock = clock or SystemClock()
+    storage = open_storage(store or config.store, data_dir)
     app = web.Application(
         middlewares=[error_middleware, auth_middleware],
         client_max_size=config.max_body_bytes,
@@ -226,13 +235,15 @@ def create_app(
     )
     # A registry per app: several apps never share series.
     app[METRICS_KEY] = Metrics(config.metrics_max_lanes)
-    registry = LaneRegistry(config, data_dir, clock, app[METRICS_KEY])
+    registry = LaneRegistry(config, storage, clock, app[METRICS_KEY])
     app[CONFIG_KEY] = config
     app[TOKENS_KEY] = tokens
     app[CLOCK_KEY] = clock
     app[REGISTRY_KEY] = registry
     app[SERVICE_KEY] = LaneService(registry, clock)
-    app[PRESENCE_KEY] = Presence()
+    # Presence lives beside the lanes: a small file in the data dir (never a lane file), or
+    # the `presence` table of the PostgreSQL database (coordinator/store/presence*.py).
+    app[PRESENCE_KEY] = Presence(presence_store_for(store or config.store, data_dir), None)
     app[UNAUTHORIZED_LOG_KEY] = RateLimitedLog("http.unauthorized")
 
     for name, handler in (
@@ -266,7 +277,10 @@ def create_app(
         app[REGISTRY_KEY].drain()  # parked long polls answer now, not after the grace period
 
     async def on_cleanup(app: web.Application) -> None:
-        await app[REGISTRY_KEY].stop()
+        try:
+            await app[REGISTRY_KEY].stop()
+        finally:
+            await app[PRESENCE_KEY].close()  # writes the sightings the throttle held back
         log.info("coordinator.stopped")
 
     app.on_response_prepare.append(reply_headers)

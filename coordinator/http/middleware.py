@@ -13,9 +13,6 @@ from aiohttp import web, web_response
 
 from coordinator.actor.registry import LaneRegistry
 from coordinator.config import Config
-from coordinator.constants import (
-    COORDINATOR_KIND,
-)
 from coordinator.http.presence import Presence
 from coordinator.http.server import SERVER_HEADER
 from coordinator.logs import RateLimitedLog
@@ -64,7 +61,7 @@ def _error(
 ) -> web.Response:
     """The error shape; under /v1 it carries `coordinator` like every /v1 reply."""
     v1 = request.path.startswith("/v1/")
-    resp = json_reply(exc.reply(COORDINATOR_KIND if v1 else None), exc.status)
+    resp = json_reply(exc.reply(request.app[REGISTRY_KEY].kind if v1 else None), exc.status)
     if exc.status == 401:  # RFC 6750: say which scheme to use
         resp.headers["WWW-Authenticate"] = WWW_AUTHENTICATE
     if headers:

@@ -9,7 +9,6 @@ from aiohttp import web
 
 from coordinator.clock import Clock
 from coordinator.constants import (
-    COORDINATOR_KIND,
     DEFAULT_INCIDENTS_LIMIT,
     MAX_IDENTITY_CHARS,
     MAX_INCIDENTS_LIMIT,
@@ -80,8 +79,9 @@ async def list_incidents(request: web.Request) -> web.Response:
 async def list_machines(request: web.Request) -> web.Response:
     clock: Clock = request.app[CLOCK_KEY]  # type: ignore[assignment]
     now = clock.now()
-    machines = request.app[PRESENCE_KEY].view(now)
-    return json_reply(wire.MachinesReply(coordinator=COORDINATOR_KIND, machines=machines, now=now))
+    machines = await request.app[PRESENCE_KEY].view(now)
+    kind = request.app[REGISTRY_KEY].kind
+    return json_reply(wire.MachinesReply(coordinator=kind, machines=machines, now=now))
 
 
 async def overview(request: web.Request) -> web.Response:
@@ -103,7 +103,7 @@ async def overview(request: web.Request) -> web.Response:
         limit=_query_int(request, "limit", OVERVIEW_DEFAULT_LOG_LIMIT, 1, OVERVIEW_MAX_LOG_LIMIT),
     )
     reply = await request.app[SERVICE_KEY].overview(q)
-    reply.machines = request.app[PRESENCE_KEY].view(reply.now)
+    reply.machines = await request.app[PRESENCE_KEY].view(reply.now)
     return json_reply(reply)
 
 
@@ -135,7 +135,7 @@ async def readyz(request: web.Request) -> web.Response:
     """What a load balancer routes on: 200 while the server can commit, else 503 and why.
     Broken lanes are counted, not fatal: every other lane is served."""
     registry = request.app[REGISTRY_KEY]
-    why = registry.not_ready_reason()
+    why = await registry.not_ready_reason()
     if why is not None:
         raise Unavailable(why)
     return json_reply(wire.Readyz(ready=True, broken_lanes=registry.broken_lane_count()))

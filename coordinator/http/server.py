@@ -59,10 +59,12 @@ SERVER_HEADER = "lane-coordinator"
 # ---------------------------------------------------------------- the error shape
 
 
-def error_response(err: LaneError, *, v1: bool = True) -> web.Response:
+def error_response(
+    err: LaneError, *, v1: bool = True, kind: str = COORDINATOR_KIND
+) -> web.Response:
     """The error shape, for replies written outside the app's middlewares. Parser errors
     name the coordinator: the path they were meant for is unknown."""
-    reply = err.reply(COORDINATOR_KIND if v1 else None)
+    reply = err.reply(kind if v1 else None)
     resp = web.Response(
         body=msgspec.json.encode(reply), status=err.status, content_type="application/json"
     )
@@ -90,7 +92,7 @@ def _http_exception_error(exc: web.HTTPException) -> LaneError:
     return cls(f"request: refused ({exc.status})")
 
 
-def _guarded(handler: _ErrorHandler) -> _ErrorHandler:
+def _guarded(handler: _ErrorHandler, kind: str) -> _ErrorHandler:
     """The app's handler, with what escapes its middlewares answered in the error shape."""
 
     async def guarded(request: BaseRequest) -> StreamResponse:
@@ -99,7 +101,7 @@ def _guarded(handler: _ErrorHandler) -> _ErrorHandler:
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
-            return error_response(_http_exception_error(exc))
+            return error_response(_http_exception_error(exc), kind=kind)
 
     return guarded
 
@@ -226,7 +228,7 @@ class LaneRequestHandler(RequestHandler):
         else:
             err = Unavailable("internal error; the request was not applied")
             log.error("http.internal_error", error=type(exc).__name__ if exc else None)
-        resp = error_response(err)
+        resp = error_response(err, kind=self._lane.kind)
         resp.force_close()
         return resp
 
@@ -249,9 +251,11 @@ class LaneServer(Server):
         *,
         max_connections: int,
         header_timeout: float,
+        kind: str = COORDINATOR_KIND,
         **kwargs: Any,
     ) -> None:
-        super().__init__(_guarded(handler), **kwargs)
+        super().__init__(_guarded(handler, kind), **kwargs)
+        self.kind = kind
         self.max_connections = max_connections
         self.header_timeout = header_timeout
         self.open_connections = 0
@@ -260,16 +264,16 @@ class LaneServer(Server):
         self.timeout_log = RateLimitedLog("http.header_timeout", level="info")
         self.malformed_log = RateLimitedLog("http.malformed_request")
         self.connection_error_log = RateLimitedLog("http.connection_error")
-        self.refusal = _refusal_bytes(max_connections)
+        self.refusal = _refusal_bytes(max_connections, kind)
 
     def __call__(self) -> RequestHandler:
         return LaneRequestHandler(self, loop=self._loop, **self._kwargs)
 
 
-def _refusal_bytes(limit: int) -> bytes:
+def _refusal_bytes(limit: int, kind: str) -> bytes:
     """The whole reply to a connection over the limit, written before reading anything."""
     err = Unavailable(f"connections: the server has its maximum of {limit} open; retry shortly")
-    body = msgspec.json.encode(err.reply(COORDINATOR_KIND))
+    body = msgspec.json.encode(err.reply(kind))
     head = (
         "HTTP/1.1 503 Service Unavailable\r\n"
         f"Server: {SERVER_HEADER}\r\n"
@@ -286,11 +290,19 @@ def _refusal_bytes(limit: int) -> bytes:
 class LaneRunner(web.AppRunner):
     """`web.AppRunner` serving the app through `LaneServer`, limits from the app's Config."""
 
-    def __init__(self, app: web.Application, config: Config, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        app: web.Application,
+        config: Config,
+        *,
+        kind: str = COORDINATOR_KIND,
+        **kwargs: Any,
+    ) -> None:
         kwargs.setdefault("access_log", None)
         kwargs.setdefault("handle_signals", False)
         super().__init__(app, **kwargs)
         self._config = config
+        self._kind = kind
 
     async def _make_server(self) -> Server:
         base = await super()._make_server()  # runs the app's startup, freezes it
@@ -298,6 +310,7 @@ class LaneRunner(web.AppRunner):
             base.request_handler,
             max_connections=self._config.max_connections,
             header_timeout=self._config.header_timeout_seconds,
+            kind=self._kind,
             request_factory=base.request_factory,
             handler_cancellation=base.handler_cancellation,
             loop=base._loop,

@@ -67,7 +67,7 @@ class IncidentsReply(Reply, kw_only=True):
 
 
 class Machine(Wire, kw_only=True):
-    """A computer that made an authenticated call naming it (kept in memory)."""
+    """A computer that made an authenticated call naming it (stored: seen in the last hour)."""
 
     machine_id: str
     last_seen_at: float
@@ -77,7 +77,7 @@ class Machine(Wire, kw_only=True):
 
 
 class MachinesReply(Reply, kw_only=True):
-    """The computers seen since the coordinator started, most recently seen first."""
+    """The computers seen in the last hour (at most 1,000), most recently seen first."""
 
     machines: list[Machine]
     now: float | None = None

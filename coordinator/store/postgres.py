@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -45,7 +45,11 @@ from coordinator.engine.model import (
 from coordinator.engine.store import LaneHead
 from coordinator.errors import StoreError
 from coordinator.store.postgres_db import (
+    NOTIFY_CHANNEL,
     Conn,
+    ConnectionPool,
+    ConnectionSource,
+    SingleConnection,
     connect,
     known_lanes,
     lanes_due,
@@ -58,17 +62,23 @@ from coordinator.store.postgres_writes import write_changes
 from coordinator.store.rows import (
     ENDED,
     PAUSE_COLUMNS,
+    PG_SEEN_LOAD,
     RECEIPT_COLUMNS,
     TICKET_COLUMNS,
     incident_from_row,
     pause_from_row,
     receipt_from_row,
+    seen_from_rows,
+    seen_since,
     ticket_from_row,
 )
 
 __all__ = [
     "Conn",
+    "ConnectionPool",
+    "ConnectionSource",
     "PostgresLaneStore",
+    "SingleConnection",
     "connect",
     "known_lanes",
     "lanes_due",
@@ -85,15 +95,24 @@ __all__ = [
 class PostgresLaneStore:
     """All SQL of one lane in the shared database. Calls are synchronous; the caller
     serializes them per store (several stores, in one process or in several replicas, may
-    serve the same lane: `begin` makes them take turns)."""
+    serve the same lane: `begin` makes them take turns). A transaction holds one session from
+    `source` from `begin` to `finish`/`abort`; a read outside one borrows a session."""
 
     def __init__(
-        self, dsn: str, lane: str, *, lock_timeout_ms: int = STORE_BUSY_TIMEOUT_MS
+        self,
+        dsn: str,
+        lane: str,
+        *,
+        lock_timeout_ms: int = STORE_BUSY_TIMEOUT_MS,
+        source: ConnectionSource | None = None,
     ) -> None:
         self._dsn = dsn
         self.lane = lane
-        self._lock_timeout_ms = lock_timeout_ms
-        self._db: Conn | None = None
+        self._own_source = source is None
+        self._source: ConnectionSource = source or SingleConnection(
+            dsn, lock_timeout_ms=lock_timeout_ms
+        )
+        self._txn: Conn | None = None  # the session of the open transaction
         self._opened = False
 
     def __repr__(self) -> str:
@@ -106,57 +125,55 @@ class PostgresLaneStore:
         return self._opened
 
     def open(self) -> None:
-        """Connect and check the schema is current (refuses an unmigrated, edited or newer
-        one, and stays closed)."""
+        """Check the schema is current (refuses an unmigrated, edited or newer one, and
+        stays closed)."""
         self._opened = True
         try:
-            schema_status(self._conn)
+            self.schema_version()
         except BaseException:
             self.close()
             raise
 
     def close(self) -> None:
+        self.abort()
         self._opened = False
-        db, self._db = self._db, None
-        if db is not None:
-            with contextlib.suppress(psycopg.Error):
-                db.close()
+        if self._own_source:
+            self._source.close()
 
-    @property
-    def _conn(self) -> Conn:
+    def _check_open(self) -> None:
         if not self._opened:
             raise StoreError("lane store is closed")
-        if self._db is None or self._db.closed or self._db.broken:
-            self._drop()
-            self._db = connect(self._dsn, lock_timeout_ms=self._lock_timeout_ms)
-        return self._db
 
-    def _drop(self) -> None:
-        """Forget a connection (lost, or left in an unknown state): the next call reconnects."""
-        db, self._db = self._db, None
-        if db is not None:
-            with contextlib.suppress(psycopg.Error):
-                db.close()
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[Conn]:
+        """The open transaction's session, or one borrowed for a single read."""
+        self._check_open()
+        if self._txn is not None:
+            yield self._txn
+            return
+        conn = self._source.get()
+        broken = True
+        try:
+            yield conn
+            broken = False
+        finally:
+            self._source.put(conn, broken=broken)
 
     def _in_transaction(self) -> bool:
-        db = self._db
-        return (
-            db is not None
-            and not db.closed
-            and db.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
-        )
+        return self._txn is not None
 
     def schema_version(self) -> int:
-        return schema_status(self._conn)
+        with self._session() as db:
+            return schema_status(db)
 
     # ---------------------------------------------------------------- the lane transaction
 
     def begin(self) -> LaneHead:
-        db = self._conn
-        if self._in_transaction():
+        self._check_open()
+        if self._txn is not None:
             raise StoreError(f"lane store for {self.lane}: a transaction is already open")
+        self._txn = db = self._begin_session()
         try:
-            db.execute("BEGIN")
             row = self._lock_head(db)
             if row is None:  # a new lane: create its row (another writer may race us)
                 db.execute(
@@ -166,7 +183,7 @@ class PostgresLaneStore:
                 row = self._lock_head(db)
             if row is None:
                 raise StoreError(f"lane store for {self.lane} has no lanes row")
-            return LaneHead(int(row["version"]), row["last_now"])
+            return LaneHead(int(row["version"]), row["last_now"], row["next_deadline"])
         except psycopg.errors.LockNotAvailable as exc:
             self.abort()
             raise StoreError(f"lane store for {self.lane} is busy") from exc
@@ -177,24 +194,44 @@ class PostgresLaneStore:
             self.abort()
             raise
 
+    def _begin_session(self) -> Conn:
+        """A session with BEGIN sent. A session lost while idle (PostgreSQL restarted) fails
+        at BEGIN, before anything of the lane was sent in it: it is dropped (and the idle
+        sessions with it) and BEGIN is sent once more on a new session."""
+        for attempt in (1, 2):
+            db = self._source.get()
+            try:
+                db.execute("BEGIN")
+            except psycopg.OperationalError as exc:
+                self._source.put(db, broken=True)
+                if attempt == 2:
+                    raise StoreError(f"lane store for {self.lane} is unavailable") from exc
+                continue
+            return db
+        raise AssertionError("unreachable")
+
     def _lock_head(self, db: Conn) -> DictRow | None:
         return db.execute(
-            "SELECT version, last_now FROM lanes WHERE lane = %s FOR UPDATE", (self.lane,)
+            "SELECT version, last_now, next_deadline FROM lanes WHERE lane = %s FOR UPDATE",
+            (self.lane,),
         ).fetchone()
 
     def apply(self, changes: Sequence[Change]) -> None:
-        if not self._in_transaction():
+        db = self._txn
+        if db is None:
             raise StoreError(f"lane store for {self.lane}: apply outside a transaction")
         try:
-            with self._conn.pipeline():
-                write_changes(self._conn, self.lane, changes)
+            with db.pipeline():
+                write_changes(db, self.lane, changes)
         except psycopg.Error as exc:
             raise StoreError(f"cannot write to lane store for {self.lane}") from exc
 
-    def finish(self, next_deadline: float | None, last_now: float) -> int:
-        if not self._in_transaction():
+    def finish(self, next_deadline: float | None, last_now: float, notify: bool = False) -> int:
+        """COMMIT; with `notify`, every replica LISTENing hears the lane's name once the
+        transaction commits (PostgreSQL sends notifications at COMMIT, never before)."""
+        db = self._txn
+        if db is None:
             raise StoreError(f"lane store for {self.lane}: finish outside a transaction")
-        db = self._conn
         try:
             row = db.execute(
                 "UPDATE lanes SET version = version + 1, next_deadline = %s, "
@@ -203,6 +240,8 @@ class PostgresLaneStore:
             ).fetchone()
             if row is None:
                 raise StoreError(f"lane store for {self.lane} lost its lanes row")
+            if notify:
+                db.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, self.lane))
             db.execute("COMMIT")
         except psycopg.Error as exc:
             self.abort()
@@ -210,36 +249,44 @@ class PostgresLaneStore:
         except BaseException:
             self.abort()
             raise
+        self._txn = None
+        self._source.put(db)
         return int(row["version"])
 
     def abort(self) -> None:
-        db = self._db
-        if db is None or db.closed:
+        db, self._txn = self._txn, None
+        if db is None:
             return
-        if db.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+        broken = True
+        if not db.closed and db.info.transaction_status in (
+            TransactionStatus.INTRANS,
+            TransactionStatus.INERROR,
+            TransactionStatus.IDLE,
+        ):
             try:
-                db.execute("ROLLBACK")
+                if db.info.transaction_status is not TransactionStatus.IDLE:
+                    db.execute("ROLLBACK")
+                broken = False
             except psycopg.Error:
-                self._drop()  # state unknown: a fresh connection for the next call
-        elif db.info.transaction_status is not TransactionStatus.IDLE:
-            self._drop()  # ACTIVE or UNKNOWN (a lost connection)
+                pass  # state unknown: the session is closed, the next call gets a new one
+        self._source.put(db, broken=broken)
 
     # ---------------------------------------------------------------- reads
 
     def _read(self, query: str, args: Sequence[Any] = ()) -> list[DictRow]:
-        db = self._conn
         try:
-            return db.execute(query, args).fetchall()
+            with self._session() as db:
+                return db.execute(query, args).fetchall()
         except psycopg.Error as exc:
-            if not self._in_transaction():
-                self.abort()  # a lost connection: reconnect on the next call
             raise StoreError(f"cannot read lane store for {self.lane}") from exc
 
     def load(self) -> LaneSnapshot:
-        if self._in_transaction():
+        if self._txn is not None:
             return self._load()
-        db = self._conn
-        try:  # one snapshot: every table from the same commit
+        self._check_open()
+        db = self._source.get()
+        self._txn = db  # one snapshot: every table from the same commit
+        try:
             db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         except psycopg.Error as exc:
             self.abort()
@@ -293,6 +340,8 @@ class PostgresLaneStore:
         )
         if coll:
             snap.last_collision = json.loads(coll[0]["detail"])
+        seen = self._read(PG_SEEN_LOAD, (lane, seen_since(snap.last_now)))
+        snap.machines_seen = seen_from_rows(seen)
         return snap
 
     def get_ticket(self, ticket_id: str) -> Ticket | None:

@@ -5,11 +5,15 @@ password (`redact_dsn`)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import threading
 from importlib import resources
+from typing import Protocol
 
 import psycopg
 from psycopg import sql
+from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
 
 from coordinator.constants import STORE_BUSY_TIMEOUT_MS
@@ -19,6 +23,9 @@ Conn = psycopg.Connection[DictRow]
 
 MIGRATION_LOCK = 0x6C616E65  # pg_advisory_xact_lock key of `migrate` ("lane")
 CONNECT_TIMEOUT_SECONDS = 10
+# The NOTIFY channel: a committed change that may wake a parked await or changed a pause
+# names its lane here; every replica LISTENs on its own connection (coordinator/store/pg_listen.py).
+NOTIFY_CHANNEL = "lane_coordinator"
 
 
 # ---------------------------------------------------------------- connections and DSNs
@@ -35,7 +42,12 @@ def redact_dsn(dsn: str) -> str:
     return psycopg.conninfo.make_conninfo("", **params)
 
 
-def connect(dsn: str, *, lock_timeout_ms: int = STORE_BUSY_TIMEOUT_MS) -> Conn:
+def connect(
+    dsn: str,
+    *,
+    lock_timeout_ms: int = STORE_BUSY_TIMEOUT_MS,
+    connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
+) -> Conn:
     """A connection in autocommit mode (the store issues BEGIN itself), its session set for
     the store: synchronous_commit=on (checked: a commit is durable when COMMIT returns) and
     lock_timeout (a `begin` waiting longer for another writer's lane lock fails as busy).
@@ -45,7 +57,7 @@ def connect(dsn: str, *, lock_timeout_ms: int = STORE_BUSY_TIMEOUT_MS) -> Conn:
             dsn,
             autocommit=True,
             row_factory=dict_row,
-            connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            connect_timeout=max(1, round(connect_timeout)),
             application_name="lane-coordinator",
         )
     except psycopg.Error as exc:
@@ -64,6 +76,110 @@ def connect(dsn: str, *, lock_timeout_ms: int = STORE_BUSY_TIMEOUT_MS) -> Conn:
             raise StoreError(f"cannot set up a session at {redact_dsn(dsn)}") from exc
         raise
     return conn
+
+
+class ConnectionSource(Protocol):
+    """Where a lane store gets its session: `get` one for a transaction or a read, `put` it
+    back afterwards (`broken=True`: its state is unknown, close it)."""
+
+    def get(self) -> Conn: ...
+
+    def put(self, conn: Conn, *, broken: bool = False) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _usable(conn: Conn) -> bool:
+    return not conn.closed and not conn.broken
+
+
+class ConnectionPool:
+    """Sessions shared by every lane store of one process: idle ones are kept (at most
+    `max_idle`), a lost one is dropped and a new one opened on the next `get`. It does not
+    bound how many are open at once: the caller does (the lane registry lets at most
+    `max_idle` lane transactions run at a time), so a `get` never waits for a `put`."""
+
+    def __init__(self, dsn: str, max_idle: int, *, lock_timeout_ms: int) -> None:
+        self._dsn = dsn
+        self._max_idle = max_idle
+        self._lock_timeout_ms = lock_timeout_ms
+        self._idle: list[Conn] = []
+        self._mutex = threading.Lock()
+        self._closed = False
+
+    def get(self) -> Conn:
+        while True:
+            with self._mutex:
+                if self._closed:
+                    raise StoreError("the PostgreSQL connection pool is closed")
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                return connect(self._dsn, lock_timeout_ms=self._lock_timeout_ms)
+            if _usable(conn) and conn.info.transaction_status is TransactionStatus.IDLE:
+                return conn
+            _close_quietly(conn)
+
+    def put(self, conn: Conn, *, broken: bool = False) -> None:
+        if not broken and _usable(conn) and conn.info.transaction_status is TransactionStatus.IDLE:
+            with self._mutex:
+                if not self._closed and len(self._idle) < self._max_idle:
+                    self._idle.append(conn)
+                    return
+        lost = not _usable(conn)
+        _close_quietly(conn)
+        if lost:
+            # A lost session (the server restarted, the network dropped): every idle one
+            # shares its fate and would fail its next transaction; open new ones instead.
+            with self._mutex:
+                idle, self._idle = self._idle, []
+            for other in idle:
+                _close_quietly(other)
+
+    def close(self) -> None:
+        with self._mutex:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            _close_quietly(conn)
+
+
+class SingleConnection:
+    """One session kept for one store (tests, `import`): opened on first use, reopened after
+    it was lost."""
+
+    def __init__(self, dsn: str, *, lock_timeout_ms: int = STORE_BUSY_TIMEOUT_MS) -> None:
+        self._dsn = dsn
+        self._lock_timeout_ms = lock_timeout_ms
+        self._conn: Conn | None = None
+
+    def get(self) -> Conn:
+        conn, self._conn = self._conn, None
+        if conn is not None and _usable(conn):
+            return conn
+        if conn is not None:
+            _close_quietly(conn)
+        return connect(self._dsn, lock_timeout_ms=self._lock_timeout_ms)
+
+    def put(self, conn: Conn, *, broken: bool = False) -> None:
+        if broken or not _usable(conn) or self._conn is not None:
+            _close_quietly(conn)
+        else:
+            self._conn = conn
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            _close_quietly(conn)
+
+
+def _close_quietly(conn: Conn) -> None:
+    with contextlib.suppress(psycopg.Error, OSError):
+        conn.close()
+
+
+def ping(conn: Conn) -> None:
+    """One round trip (readiness); raises psycopg.Error when the server does not answer."""
+    conn.execute("SELECT 1").fetchone()
 
 
 # ---------------------------------------------------------------- migrations
@@ -166,13 +282,18 @@ def schema_status(conn: Conn) -> int:
 # ---------------------------------------------------------------- queries over every lane
 
 
-def lanes_due(conn: Conn, now: float) -> list[str]:
+def lanes_due(conn: Conn, now: float, limit: int | None = None) -> list[str]:
     """Lanes whose next deadline (lease expiry, waiter deadline, pause end) has come, the
-    earliest first: what the alarm poller wakes."""
+    earliest first (at most `limit`): what the alarm poller wakes."""
     rows = conn.execute(
-        "SELECT lane FROM lanes WHERE next_deadline <= %s ORDER BY next_deadline, lane", (now,)
+        "SELECT lane FROM lanes WHERE next_deadline <= %s ORDER BY next_deadline, lane LIMIT %s",
+        (now, limit),
     ).fetchall()
     return [r["lane"] for r in rows]
+
+
+def has_lane(conn: Conn, lane: str) -> bool:
+    return conn.execute("SELECT 1 FROM lanes WHERE lane = %s", (lane,)).fetchone() is not None
 
 
 def known_lanes(conn: Conn) -> list[str]:

@@ -1,7 +1,8 @@
 """The writes of a PostgreSQL lane store: each `Change` of the engine as SQL on the lane's
 rows (upserts, the pause, counters, project served, receipts, incidents numbered per lane,
-prunes of the history and the incidents by exact excess). Columns, row parameters and the
-coalescing of a batch are shared with the SQLite store (coordinator/store/rows.py)."""
+prunes of the history and the incidents by exact excess, the machines seen and their prune).
+Columns, row parameters and the coalescing of a batch are shared with the SQLite store
+(coordinator/store/rows.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from coordinator.engine.model import (
     Change,
     PruneHistory,
     PruneIncidents,
+    PruneMachinesSeen,
     PutCounters,
     PutIncident,
+    PutMachineSeen,
     PutPause,
     PutProjectServed,
     PutReceipt,
@@ -101,4 +104,16 @@ def write_changes(db: Conn, lane: str, changes: Sequence[Change]) -> None:
                 "DELETE FROM incidents WHERE lane = %s AND id IN "
                 "(SELECT id FROM incidents WHERE lane = %s ORDER BY id ASC LIMIT %s)",
                 (lane, lane, ch.excess),
+            )
+        elif isinstance(ch, PutMachineSeen):
+            db.execute(
+                "INSERT INTO machines_seen (lane, machine_id, last_seen_at) VALUES (%s, %s, %s) "
+                "ON CONFLICT (lane, machine_id) DO UPDATE SET "
+                "last_seen_at = GREATEST(machines_seen.last_seen_at, excluded.last_seen_at)",
+                (lane, ch.machine_id, ch.at),
+            )
+        elif isinstance(ch, PruneMachinesSeen):
+            db.execute(
+                "DELETE FROM machines_seen WHERE lane = %s AND last_seen_at < %s",
+                (lane, ch.before),
             )

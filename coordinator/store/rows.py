@@ -1,7 +1,8 @@
 """What the lane stores share (coordinator/store/sqlite.py and postgres.py): the ticket,
 receipt and pause columns, the ticket upsert, the parameters a ticket/receipt/pause is written
-with, a ticket/receipt/pause/incident from its row (sqlite3.Row or psycopg's DictRow), and the
-coalescing of a batch of changes before it is written."""
+with, a ticket/receipt/pause/incident from its row (sqlite3.Row or psycopg's DictRow), the
+machines-seen rows a snapshot loads, and the coalescing of a batch of changes before it is
+written."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from coordinator.constants import EVIDENCE_RECENT_SECONDS, MACHINES_LISTED_MAX
 from coordinator.engine.model import (
     Change,
     Incident,
     Pause,
+    PruneMachinesSeen,
     PutCounters,
+    PutMachineSeen,
     PutTicket,
     Receipt,
     Ticket,
@@ -62,6 +66,34 @@ RECEIPT_COLUMNS = (
     "created_at"
 )
 PAUSE_COLUMNS = "reason_code, started_at, until, machine_id, claim_id, ticket_id"
+
+# The evidence's machines seen (migrations 0004 / pg 0002): one row per machine (and lane).
+# A snapshot loads the rows of the last hour, the most recent MACHINES_LISTED_MAX at most.
+SQLITE_SEEN_UPSERT = (
+    "INSERT INTO machines_seen (machine_id, last_seen_at) VALUES (?, ?) "
+    "ON CONFLICT (machine_id) DO UPDATE SET "
+    "last_seen_at = max(last_seen_at, excluded.last_seen_at)"
+)
+SQLITE_SEEN_PRUNE = "DELETE FROM machines_seen WHERE last_seen_at < ?"
+SQLITE_SEEN_LOAD = (
+    "SELECT machine_id, last_seen_at FROM machines_seen WHERE last_seen_at >= ? "
+    f"ORDER BY last_seen_at DESC LIMIT {MACHINES_LISTED_MAX}"
+)
+PG_SEEN_LOAD = (
+    "SELECT machine_id, last_seen_at FROM machines_seen WHERE lane = %s "
+    f"AND last_seen_at >= %s ORDER BY last_seen_at DESC LIMIT {MACHINES_LISTED_MAX}"
+)
+
+
+def seen_since(last_now: float | None) -> float:
+    """The oldest machines-seen row a snapshot loads: an hour before the lane's latest `now`
+    (an older row can never be listed again: a lane's clock never runs back)."""
+    return (0.0 if last_now is None else last_now) - EVIDENCE_RECENT_SECONDS
+
+
+def seen_from_rows(rows: Sequence[Row]) -> dict[str, float]:
+    """machine -> the time its machines-seen row holds."""
+    return {r["machine_id"]: float(r["last_seen_at"]) for r in rows}
 
 
 def ticket_from_row(row: Row, lane: str) -> Ticket:
@@ -175,19 +207,29 @@ def receipt_values(r: Receipt) -> tuple[Any, ...]:
 
 
 def coalesce(changes: Sequence[Change]) -> list[Change]:
-    """Drop ticket/counter writes superseded later in the same batch (fewer statements)."""
+    """Drop ticket/counter/machine-seen writes and machines-seen prunes superseded later in
+    the same batch (fewer statements)."""
     last_ticket: dict[str, int] = {}
-    last_counters = -1
+    last_seen: dict[str, int] = {}
+    last_counters = last_prune = -1
     for i, ch in enumerate(changes):
         if isinstance(ch, PutTicket):
             last_ticket[ch.ticket.ticket_id] = i
+        elif isinstance(ch, PutMachineSeen):
+            last_seen[ch.machine_id] = i
         elif isinstance(ch, PutCounters):
             last_counters = i
+        elif isinstance(ch, PruneMachinesSeen):
+            last_prune = i
     out: list[Change] = []
     for i, ch in enumerate(changes):
         if isinstance(ch, PutTicket) and last_ticket[ch.ticket.ticket_id] != i:
             continue
+        if isinstance(ch, PutMachineSeen) and last_seen[ch.machine_id] != i:
+            continue
         if isinstance(ch, PutCounters) and i != last_counters:
+            continue
+        if isinstance(ch, PruneMachinesSeen) and i != last_prune:
             continue
         out.append(ch)
     return out

@@ -30,8 +30,10 @@ from coordinator.engine.model import (
     LaneSnapshot,
     PruneHistory,
     PruneIncidents,
+    PruneMachinesSeen,
     PutCounters,
     PutIncident,
+    PutMachineSeen,
     PutPause,
     PutProjectServed,
     PutReceipt,
@@ -56,6 +58,9 @@ from coordinator.store.rows import (
     ENDED,
     PAUSE_COLUMNS,
     RECEIPT_COLUMNS,
+    SQLITE_SEEN_LOAD,
+    SQLITE_SEEN_PRUNE,
+    SQLITE_SEEN_UPSERT,
     TICKET_COLUMNS,
     TICKET_UPSERT,
     coalesce,
@@ -65,6 +70,8 @@ from coordinator.store.rows import (
     pause_values,
     receipt_from_row,
     receipt_values,
+    seen_from_rows,
+    seen_since,
     ticket_from_row,
     ticket_values,
 )
@@ -207,10 +214,11 @@ class SqliteLaneStore:
             raise
 
     def _head(self) -> LaneHead:
-        rows = self._read("SELECT version, last_now FROM lane_head WHERE id = 1")
+        rows = self._read("SELECT version, last_now, next_deadline FROM lane_head WHERE id = 1")
         if not rows:
             raise StoreError(f"lane store for {self.lane} has no lane_head row")
-        return LaneHead(int(rows[0]["version"]), rows[0]["last_now"])
+        r = rows[0]
+        return LaneHead(int(r["version"]), r["last_now"], r["next_deadline"])
 
     def apply(self, changes: Sequence[Change]) -> None:
         if not self._conn.in_transaction:
@@ -220,7 +228,8 @@ class SqliteLaneStore:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot write to lane store for {self.lane}") from exc
 
-    def finish(self, next_deadline: float | None, last_now: float) -> int:
+    def finish(self, next_deadline: float | None, last_now: float, notify: bool = False) -> int:
+        """COMMIT (`notify` is for stores shared by replicas: one file has one server)."""
         db = self._conn
         if not db.in_transaction:
             raise StoreError(f"lane store for {self.lane}: finish outside a transaction")
@@ -301,6 +310,10 @@ class SqliteLaneStore:
                     "(SELECT id FROM incidents ORDER BY id ASC LIMIT ?)",
                     (ch.excess,),
                 )
+            elif isinstance(ch, PutMachineSeen):
+                db.execute(SQLITE_SEEN_UPSERT, (ch.machine_id, ch.at))
+            elif isinstance(ch, PruneMachinesSeen):
+                db.execute(SQLITE_SEEN_PRUNE, (ch.before,))
 
     # ---------------------------------------------------------------- reads
 
@@ -359,6 +372,8 @@ class SqliteLaneStore:
             snap.last_collision = json.loads(coll[0]["detail"])
         head = self._head()
         snap.version, snap.last_now = head.version, head.last_now
+        seen = self._read(SQLITE_SEEN_LOAD, (seen_since(head.last_now),))
+        snap.machines_seen = seen_from_rows(seen)
         return snap
 
     def get_ticket(self, ticket_id: str) -> Ticket | None:

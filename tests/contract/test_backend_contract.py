@@ -36,6 +36,7 @@ from client.models import (
     ReleaseReply,
     StatusReply,
 )
+from coordinator.store.postgres_db import migrate
 from tests.harness import FakeClock, Running, TestManualClock, make_config, start_running
 
 LANE = "solo:contract"  # capacity 1 on every backend
@@ -156,6 +157,7 @@ class BackendContract:
     # ---------------------------------------------------------------- acquire
 
     async def test_kind_and_identity(self, backend: Backend) -> None:
+        await backend.status(LANE)  # a client knows which coordinator it has once it answered
         assert backend.kind == self.kind
         assert (backend.machine_id, backend.claim_id) == ("studio-a", "claim-a")
 
@@ -504,3 +506,118 @@ class TestLocalQueue(BackendContract):
 
     async def advance(self, seconds: float) -> None:
         self.clock.now += seconds
+
+
+class TestLaneClientOnPostgres(TestLaneClientOnServer):
+    """`LaneClient` against one replica on PostgreSQL (a fresh database per test)."""
+
+    kind = "actor-postgres"
+
+    @pytest.fixture
+    async def backend(self, tmp_path: Path, pg_dsn: str) -> AsyncIterator[Backend]:
+        migrate(pg_dsn)
+        self.clock = TestManualClock(T0)
+        self.server = await start_running(
+            tmp_path / "data", config=make_config(), clock=self.clock, store=pg_dsn
+        )
+        self.opened = []
+        try:
+            yield self.peer("studio-a", "claim-a")
+        finally:
+            for c in self.opened:
+                await c.close()
+            await self.server.stop()
+
+
+class Alternating:
+    """One identity whose calls alternate between two replicas (every call, in turn)."""
+
+    def __init__(self, clients: list[LaneClient]) -> None:
+        self._clients = clients
+        self._turn = 0
+        self._last = clients[0]
+
+    def _next(self) -> LaneClient:
+        self._turn += 1
+        self._last = self._clients[self._turn % len(self._clients)]
+        return self._last
+
+    @property
+    def kind(self) -> str:
+        return self._last.kind
+
+    @property
+    def machine_id(self) -> str:
+        return self._clients[0].machine_id
+
+    @property
+    def claim_id(self) -> str | None:
+        return self._clients[0].claim_id
+
+    def with_claim(self, claim_id: str | None) -> Alternating:
+        return Alternating([c.with_claim(claim_id) for c in self._clients])
+
+    async def acquire(self, *a: Any, **kw: Any) -> LaneReply:
+        return await self._next().acquire(*a, **kw)
+
+    async def await_ticket(self, *a: Any, **kw: Any) -> LaneReply:
+        return await self._next().await_ticket(*a, **kw)
+
+    async def heartbeat(self, *a: Any, **kw: Any) -> HeartbeatReply:
+        return await self._next().heartbeat(*a, **kw)
+
+    async def release(self, *a: Any, **kw: Any) -> ReleaseReply:
+        return await self._next().release(*a, **kw)
+
+    async def receipt(self, *a: Any, **kw: Any) -> ReceiptReply:
+        return await self._next().receipt(*a, **kw)
+
+    async def cooldown(self, *a: Any, **kw: Any) -> CooldownReply:
+        return await self._next().cooldown(*a, **kw)
+
+    async def status(self, *a: Any, **kw: Any) -> StatusReply:
+        return await self._next().status(*a, **kw)
+
+    async def history(self, *a: Any, **kw: Any) -> HistoryReply:
+        return await self._next().history(*a, **kw)
+
+    async def close(self) -> None:
+        for c in self._clients:
+            await c.close()
+
+
+class TestTwoReplicasAlternating(BackendContract):
+    """Two replicas on one PostgreSQL database; every identity's calls alternate between
+    them, so each call finds the lane last changed by the other replica."""
+
+    kind = "actor-postgres"
+    stores_receipts = True
+    status_has_receipt_keys = True
+
+    @pytest.fixture
+    async def backend(self, tmp_path: Path, pg_dsn: str) -> AsyncIterator[Backend]:
+        migrate(pg_dsn)
+        self.clock = TestManualClock(T0)
+        self.servers = [
+            await start_running(
+                tmp_path / f"data{i}", config=make_config(), clock=self.clock, store=pg_dsn
+            )
+            for i in range(2)
+        ]
+        self.opened: list[Alternating] = []
+        try:
+            yield self.peer("studio-a", "claim-a")
+        finally:
+            for c in self.opened:
+                await c.close()
+            for srv in self.servers:
+                await srv.stop()
+
+    def peer(self, machine: str, claim: str | None) -> Backend:
+        alt = Alternating([LaneClient(srv.url, srv.token, machine, claim) for srv in self.servers])
+        self.opened.append(alt)
+        return alt
+
+    async def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+        await asyncio.sleep(0)

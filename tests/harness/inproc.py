@@ -30,6 +30,7 @@ from client.api import LaneClient
 from coordinator.clock import Clock, ManualClock, SystemClock
 from coordinator.config import Config
 from coordinator.http.app import create_app
+from coordinator.http.middleware import REGISTRY_KEY
 from coordinator.http.server import LaneRunner
 from tests.harness.config import TOKEN, client_env, make_config, new_token
 from tests.harness.loop import LoopThread
@@ -209,18 +210,21 @@ async def start_running(
     config: Config | None = None,
     clock: Clock | None = None,
     tokens: Sequence[str | bytes] | None = None,
+    store: str | None = None,
 ) -> Running:
     """Serve the real coordinator on the running event loop; stop it with `await r.stop()`.
 
-    Defaults: `make_config()`, the system clock, the single token TOKEN."""
+    Defaults: `make_config()`, the system clock, the single token TOKEN, SQLite lane files
+    under `data_dir` (`store`: a postgresql:// URL for a replica on PostgreSQL)."""
     config = config if config is not None else make_config()
     clock = clock if clock is not None else SystemClock()
     toks = _token_bytes(tokens)
     faults: dict[str, str] = {}
     hits: dict[str, int] = {}
-    app = create_app(config, toks, data_dir, clock)
+    app = create_app(config, toks, data_dir, clock, store=store)
     app.middlewares.append(fault_layer(faults, hits))  # innermost: auth still applies
-    runner = LaneRunner(app, config)  # what `serve` runs: its limits and error shapes
+    # what `serve` runs: its limits and error shapes
+    runner = LaneRunner(app, config, kind=app[REGISTRY_KEY].kind)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

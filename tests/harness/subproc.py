@@ -160,6 +160,7 @@ class CoordinatorProcess(LineProcess):
         token_env: bool = False,
         log_level: str | None = None,
         extra_args: tuple[str, ...] = (),
+        store: str | None = None,
         command: list[str] | None = None,
         env: dict[str, str] | None = None,
         cwd: Path = REPO,
@@ -170,6 +171,8 @@ class CoordinatorProcess(LineProcess):
         base_env = dict(env) if env is not None else _env_without_token()
         args = [*(command or coordinator_cmd()), "serve", "--host", "127.0.0.1", "--port", "0"]
         args += ["--data-dir", str(data_dir)]
+        if store is not None:  # a replica on PostgreSQL (the data dir holds nothing then)
+            args += ["--store", store]
         self.token_file: Path | None = None
         if token_env:  # the token in LANE_COORDINATOR_TOKEN, no file
             self.token = token if token is not None else new_token()

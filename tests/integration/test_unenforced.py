@@ -6,6 +6,7 @@ import re
 import uuid
 from typing import TYPE_CHECKING
 
+from coordinator.names import lane_from_file_name
 from tests.integration.kit import FREE, PHASES, TICKET_KEYS, acquire_body, receipt_body, ticket_body
 
 if TYPE_CHECKING:
@@ -39,8 +40,8 @@ async def test_ticket_calls_answer_true_and_nothing_is_stored(server: Running) -
     assert rc.status in (200, 201) and rc["stored"] is False
     rel = await server.ok("release", ticket_body(FREE, tid, outcome="completed"))
     assert rel["released"] is True and rel["reason"] is None
-    # No lane file: only the data dir's lock (one coordinator per data dir).
-    assert [p.name for p in server.data_dir.iterdir()] == [".lane-coordinator.lock"]
+    # No lane file (the data dir holds its lock and the presence store, no lane).
+    assert [p.name for p in server.data_dir.iterdir() if lane_from_file_name(p.name)] == []
 
 
 async def test_status_has_no_receipt_keys_even_when_asked(server: Running) -> None:
