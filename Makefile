@@ -9,7 +9,7 @@ CONFIG    ?= deploy/example-config.toml
 # uv: the one on PATH, else the one `make setup` installs into the venv
 UV         = $(shell command -v uv 2>/dev/null || echo $(BIN)/uv)
 
-.PHONY: setup run test test-core test-ui lint bench verify dist drill drill-netns check clean
+.PHONY: setup run run-ha test test-core test-ui lint bench verify dist drill drill-ha drill-netns check clean
 
 setup: $(VENV)/.installed
 
@@ -27,21 +27,30 @@ $(VENV)/.installed: pyproject.toml coordinator/__init__.py
 run: setup
 	@HOST=$(HOST) PORT=$(PORT) DATA_DIR=$(DATA_DIR) CONFIG=$(CONFIG) BIN=$(BIN) sh scripts/dev-run.sh
 
+## make run-ha: high availability on loopback: a local PostgreSQL (kept in var/ha/pg), two
+## replicas (`serve --store`, ports PORT+1 and PORT+2, or HA_REPLICA_PORTS=P1,P2), the same token
+## (var/ha/token) and config, and a failover proxy on PORT; Ctrl-C stops them all
+run-ha: setup
+	@sh scripts/ensure-postgres.sh >/dev/null
+	@$(PY) scripts/run_ha.py --host $(HOST) --port $(PORT) --config $(CONFIG) --dir var/ha \
+	  $(if $(HA_REPLICA_PORTS),--replica-ports $(HA_REPLICA_PORTS))
+
 ## make test: unit + integration + acceptance, then the browser tests in their own run
 test: test-core test-ui
 
 test-core: setup
 	@sh scripts/ensure-postgres.sh
-	$(BIN)/pytest -q tests/unit tests/contract tests/store_pg tests/integration tests/acceptance tests/ops tests/client tests/drill tests/driver
+	$(BIN)/pytest -q tests/unit tests/contract tests/store_pg tests/replicas tests/integration tests/acceptance tests/ops tests/client tests/drill tests/driver
 
 test-ui: setup
 	@sh scripts/ensure-chromium.sh
 	$(BIN)/pytest -q -p no:asyncio tests/ui
 
 lint: setup
-	$(BIN)/ruff check coordinator client tests bench
-	$(BIN)/ruff format --check coordinator client tests bench
+	$(BIN)/ruff check coordinator client tests bench scripts
+	$(BIN)/ruff format --check coordinator client tests bench scripts
 	$(BIN)/mypy
+	$(BIN)/mypy --strict scripts/ha_proxy.py scripts/local_postgres.py scripts/run_ha.py
 
 bench: setup
 	$(PY) -m bench
@@ -49,9 +58,10 @@ bench: setup
 ## make verify: the one pre-merge command: ruff, ruff format, mypy --strict, every test,
 ## and a dry run (`lane-coordinator check`) of the shipped deploy/production-config.toml
 verify: setup
-	$(BIN)/ruff check coordinator client tests bench
-	$(BIN)/ruff format --check coordinator client tests bench
+	$(BIN)/ruff check coordinator client tests bench scripts
+	$(BIN)/ruff format --check coordinator client tests bench scripts
 	$(BIN)/mypy
+	$(BIN)/mypy --strict scripts/ha_proxy.py scripts/local_postgres.py scripts/run_ha.py
 	$(MAKE) --no-print-directory test
 	@LANE_COORDINATOR_TOKEN=$${LANE_COORDINATOR_TOKEN:-check-only-token-0123456789abcdefghijkl} \
 	  $(BIN)/lane-coordinator check --data-dir var/verify-data --config deploy/production-config.toml
@@ -69,6 +79,13 @@ dist: setup
 ## two processes (tests/drill runs the same script in `make test`)
 drill: setup
 	@BIN=$(BIN) CONFIG=$(CONFIG) bash scripts/drill.sh
+
+## make drill-ha: the same drill across two replicas on one fresh PostgreSQL (a throwaway
+## cluster in a temp dir, migrate, two `serve --store` replicas): role A talks to replica 1,
+## role B to replica 2; replicas, cluster and temp dir go on pass, failure and Ctrl-C
+drill-ha: setup
+	@sh scripts/ensure-postgres.sh >/dev/null
+	@BIN=$(BIN) CONFIG=$(CONFIG) bash scripts/drill-ha.sh
 
 ## make drill-netns (root, Linux): the drill over veth links in three network namespaces,
 ## plus step 7 (B's link cut mid-lease); prints "SKIPPED: reason" where netns is not allowed
