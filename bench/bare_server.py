@@ -1,7 +1,16 @@
-"""A bare aiohttp JSON handler: the baseline the coordinator is compared with."""
+"""A bare aiohttp JSON handler: the baseline the coordinator is compared with.
+
+`python -m bench.bare_server [PORT]` (default 0: the OS picks one) serves POST
+/v1/lanes/{op}, decoding the JSON body and answering a small JSON object, and prints
+"bare listening on http://127.0.0.1:PORT" to stderr once it listens (as the coordinator
+does), then runs until SIGTERM/SIGINT.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
 import sys
 
 import msgspec
@@ -16,11 +25,26 @@ async def handle(request: web.Request) -> web.Response:
     )
 
 
-def main() -> None:
-    port = int(sys.argv[1])
+async def serve(port: int) -> None:
     app = web.Application()
     app.router.add_post("/v1/lanes/{op}", handle)
-    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    await site.start()
+    real = runner.addresses[0][1] if runner.addresses else port
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    print(f"bare listening on http://127.0.0.1:{real}", file=sys.stderr, flush=True)
+    await stop.wait()
+    await runner.cleanup()
+
+
+def main() -> None:
+    asyncio.run(serve(int(sys.argv[1]) if len(sys.argv) > 1 else 0))
 
 
 if __name__ == "__main__":
