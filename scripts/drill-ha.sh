@@ -101,26 +101,6 @@ sys.exit(1 if pid is not None else 0)
 PY
 }
 
-show() { # label file lines-shown -> prints the new lines, echoes the new count
-  local n
-  n=$(wc -l <"$2")
-  if [ "$n" -gt "$3" ]; then
-    sed -n "$(($3 + 1)),${n}p" "$2" | while IFS= read -r line; do printf '%s %s\n' "$1" "$line"; done >&2
-  fi
-  echo "$n"
-}
-
-stop_pid() { # pid: TERM, up to 10 s, then KILL
-  local pid=$1
-  kill -TERM "$pid" 2>/dev/null || return 0
-  for _ in $(seq 1 100); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
-
 cleanup() {
   local pid
   trap '' INT TERM # a second Ctrl-C does not cut the teardown short (every wait is bounded)
@@ -227,18 +207,7 @@ pid_b=$!
 role_pids+=("$pid_b")
 
 # Follow both logs, each line prefixed with its role, until both roles have exited.
-while kill -0 "$pid_a" 2>/dev/null || kill -0 "$pid_b" 2>/dev/null; do
-  shown_a=$(show "[A]" "$work/a.log" "$shown_a")
-  shown_b=$(show "[B]" "$work/b.log" "$shown_b")
-  sleep 0.2
-done
-rc_a=0
-wait "$pid_a" || rc_a=$?
-rc_b=0
-wait "$pid_b" || rc_b=$?
-role_pids=()
-show "[A]" "$work/a.log" "$shown_a" >/dev/null
-show "[B]" "$work/b.log" "$shown_b" >/dev/null
+follow_roles
 
 # 4. After the drill: no live ticket on the drill lane or its barrier lane (read through
 # replica 1), and both replicas tell the same story: actor-postgres, the same receipt trail.

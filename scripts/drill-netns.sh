@@ -55,25 +55,6 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/lane-drill-netns.XXXXXX")
 role_pids=()
 server_pid=""
 
-show() { # role file shown-count -> prints new lines, echoes the new count
-  local n
-  n=$(wc -l <"$2")
-  if [ "$n" -gt "$3" ]; then
-    sed -n "$(($3 + 1)),${n}p" "$2" | while IFS= read -r line; do printf '[%s] %s\n' "$1" "$line"; done >&2
-  fi
-  echo "$n"
-}
-
-stop_pid() { # pid: TERM, up to 10 s, then KILL
-  kill -TERM "$1" 2>/dev/null || true
-  for _ in $(seq 1 100); do
-    kill -0 "$1" 2>/dev/null || break
-    sleep 0.1
-  done
-  kill -KILL "$1" 2>/dev/null || true
-  wait "$1" 2>/dev/null || true
-}
-
 cleanup() {
   local pid ns
   # Roles first (TERM: a role releases its tickets while the coordinator still runs).
@@ -84,8 +65,8 @@ cleanup() {
     stop_pid "$pid"
   done
   if [ -f "$work/a.log" ] && [ "${finished:-0}" = 0 ]; then # interrupted: the roles' last words
-    show A "$work/a.log" "${shown_a:-0}" >/dev/null
-    show B "$work/b.log" "${shown_b:-0}" >/dev/null
+    show "[A]" "$work/a.log" "${shown_a:-0}" >/dev/null
+    show "[B]" "$work/b.log" "${shown_b:-0}" >/dev/null
   fi
   [ -z "$server_pid" ] || stop_pid "$server_pid"
   for ns in "$NSA" "$NSB" "$NSC"; do
@@ -170,8 +151,8 @@ shown_b=0
 cut=0
 restored=0
 while kill -0 "$pid_a" 2>/dev/null || kill -0 "$pid_b" 2>/dev/null; do
-  shown_a=$(show A "$work/a.log" "$shown_a")
-  shown_b=$(show B "$work/b.log" "$shown_b")
+  shown_a=$(show "[A]" "$work/a.log" "$shown_a")
+  shown_b=$(show "[B]" "$work/b.log" "$shown_b")
   if [ "$cut" = 0 ] && grep -q 'ACTION: cut-link-b' "$work/b.log"; then
     ip -n "$NSC" link set c2b down
     cut=1
@@ -189,8 +170,8 @@ wait "$pid_a" || rc_a=$?
 rc_b=0
 wait "$pid_b" || rc_b=$?
 role_pids=()
-show A "$work/a.log" "$shown_a" >/dev/null
-show B "$work/b.log" "$shown_b" >/dev/null
+show "[A]" "$work/a.log" "$shown_a" >/dev/null
+show "[B]" "$work/b.log" "$shown_b" >/dev/null
 finished=1
 if [ "$cut" = 1 ] && [ "$restored" = 0 ]; then
   ip -n "$NSC" link set c2b up

@@ -24,15 +24,6 @@ data=${DRILL_DATA_DIR:-$work/data}
 server_pid=""
 role_pids=()
 
-show() { # label file lines-shown -> prints the new lines, echoes the new count
-  local n
-  n=$(wc -l <"$2")
-  if [ "$n" -gt "$3" ]; then
-    sed -n "$(($3 + 1)),${n}p" "$2" | while IFS= read -r line; do printf '%s %s\n' "$1" "$line"; done >&2
-  fi
-  echo "$n"
-}
-
 cleanup() {
   local pid
   for pid in "${role_pids[@]}"; do # TERM: a role releases its tickets before it exits
@@ -105,20 +96,7 @@ pid_b=$!
 role_pids+=("$pid_b")
 
 # Follow both logs, each line prefixed with its role, until both roles have exited.
-shown_a=0
-shown_b=0
-while kill -0 "$pid_a" 2>/dev/null || kill -0 "$pid_b" 2>/dev/null; do
-  shown_a=$(show "[A]" "$work/a.log" "$shown_a")
-  shown_b=$(show "[B]" "$work/b.log" "$shown_b")
-  sleep 0.2
-done
-rc_a=0
-wait "$pid_a" || rc_a=$?
-rc_b=0
-wait "$pid_b" || rc_b=$?
-role_pids=()
-show "[A]" "$work/a.log" "$shown_a" >/dev/null
-show "[B]" "$work/b.log" "$shown_b" >/dev/null
+follow_roles
 
 # After the drill: no live ticket on the drill lane or its barrier lane.
 no_live_tickets drill "$url"
