@@ -187,26 +187,34 @@ def check(args: argparse.Namespace) -> int:
     return 0
 
 
-# Descriptors besides the connections: the listening socket, lane files (the database, its
-# -wal and -shm), the lock, logs. `serve` raises its soft open-file limit to max_connections
-# plus this when the hard limit allows.
+# Descriptors besides the connections and the lanes' own budget (coordinator/actor/
+# descriptors.py): the listening socket, the lock, the presence store, logs.
 FD_HEADROOM = 256
+NOFILE_CEILING = 1 << 20  # the soft limit set when the hard one is unlimited
 _ACCEPT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 def _raise_open_file_limit(max_connections: int) -> None:
-    """Let the process hold max_connections connections without EMFILE: raise the soft
-    RLIMIT_NOFILE toward the hard one (never lower it); warn once if that is not enough."""
-    want = max_connections + FD_HEADROOM
+    """Raise the soft RLIMIT_NOFILE to the hard limit (never lower it) and log both: lanes
+    and connections then live under the largest descriptor budget the process may have (the
+    systemd unit sets LimitNOFILE). Warn when that leaves less than max_connections plus
+    headroom."""
     try:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft != resource.RLIM_INFINITY and soft < want:
-            target = want if hard == resource.RLIM_INFINITY else min(want, hard)
-            if target > soft:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-                soft = target
+        was = soft
+        target = NOFILE_CEILING if hard == resource.RLIM_INFINITY else hard
+        if soft != resource.RLIM_INFINITY and soft < target:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
     except (OSError, ValueError):
         return
+    log.info(
+        "process.open_file_limit",
+        soft=soft,
+        hard="unlimited" if hard == resource.RLIM_INFINITY else hard,
+        was=was,
+    )
+    want = max_connections + FD_HEADROOM
     if soft != resource.RLIM_INFINITY and soft < want:
         log.warning(
             "http.open_file_limit",

@@ -36,6 +36,7 @@ EVIDENCE_RECENT_SECONDS: Final = 3600.0
 
 # Actor housekeeping (seconds)
 LANE_IDLE_CLOSE_SECONDS: Final = 60.0
+LANE_QUIET_SECONDS: Final = 30.0  # a lane with no call this long closes its file (keeps memory)
 JANITOR_INTERVAL_SECONDS: Final = 15.0
 SHUTDOWN_GRACE_SECONDS: Final = 10.0
 STORE_BUSY_TIMEOUT_MS: Final = 5000

@@ -18,6 +18,7 @@ process, as in the tests, never share series). `NULL_METRICS` is the default obs
 
 from __future__ import annotations
 
+import bisect
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -29,6 +30,7 @@ from coordinator.config import DEFAULT_METRICS_MAX_LANES
 from coordinator.engine.model import (
     RELEASE_OUTCOMES,
     Effects,
+    Incident,
     IncidentKind,
     Outcome,
     PutIncident,
@@ -44,6 +46,8 @@ RECEIPT_VERDICTS: Final = ("verified", "mismatch", "replay", "conflict")
 NO_OUTCOME: Final = "none"  # label of a release that named no outcome (SPEC §4.4: null)
 UNMATCHED_ROUTE: Final = "unmatched"  # label of a request that matched no route
 _METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_HTTP_CHILDREN_CACHED: Final = 4096  # (route, method, code) children kept at most
+_ENDED: Final = frozenset({TicketState.DONE, TicketState.EXPIRED})
 
 # Buckets (seconds unless named otherwise).
 WAIT_BUCKETS: Final = (0.1, 1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
@@ -84,6 +88,43 @@ class NullMetrics:
 NULL_METRICS: Final = NullMetrics()
 
 
+class _Tally:
+    """A histogram (child)'s observations, counted here and added to it when /metrics is
+    read: an observation on the hot path is a bisect and two additions (prometheus_client's
+    own observe takes two locks and walks the buckets). Loop thread only."""
+
+    __slots__ = ("_bounds", "_child", "_counts", "_n", "_sum")
+
+    def __init__(self, child: Histogram) -> None:
+        self._child = child
+        bounds = getattr(child, "_upper_bounds", None)
+        ok = bounds is not None and hasattr(child, "_buckets") and hasattr(child, "_sum")
+        self._bounds: list[float] | None = list(bounds) if ok and bounds is not None else None
+        self._counts = [0] * len(self._bounds or ())
+        self._sum = 0.0
+        self._n = 0
+
+    def observe(self, amount: float) -> None:
+        if self._bounds is None or amount != amount:  # unknown internals, NaN: as it would
+            self._child.observe(amount)
+            return
+        self._counts[bisect.bisect_left(self._bounds, amount)] += 1
+        self._sum += amount
+        self._n += 1
+
+    def flush(self) -> None:
+        """Add what was counted to the histogram (before it is read)."""
+        if not self._n:
+            return
+        buckets = self._child._buckets
+        for i, n in enumerate(self._counts):
+            if n:
+                buckets[i].inc(n)
+                self._counts[i] = 0
+        self._child._sum.inc(self._sum)
+        self._sum, self._n = 0.0, 0
+
+
 @dataclass(slots=True)
 class _LaneSeries:
     """One lane's labelled children, looked up once (labels() takes a lock each call)."""
@@ -91,8 +132,8 @@ class _LaneSeries:
     holders: Gauge
     queue_depth: Gauge
     paused: Gauge
-    wait: Histogram
-    hold: Histogram
+    wait: _Tally
+    hold: _Tally
     state: tuple[int, int, bool] | None = None
 
     def observe_hold(self, t: Ticket) -> None:
@@ -179,27 +220,39 @@ class Metrics:
         self._lanes: OrderedDict[str, _LaneSeries] = OrderedDict()  # least recent first
         self._states: dict[str, tuple[int, int, bool]] = {}  # every lane's, for the totals
         # Closed label sets start at zero, so a rate() over them is defined from the start.
-        for outcome in (*RELEASE_OUTCOMES, NO_OUTCOME):
-            self.releases.labels(outcome=outcome)
-        for verdict in RECEIPT_VERDICTS:
-            self.receipts.labels(verdict=verdict)
+        # Their children are looked up once (labels() takes a lock and builds a key).
+        self._outcomes = {
+            o: self.releases.labels(outcome=o) for o in (*RELEASE_OUTCOMES, NO_OUTCOME)
+        }
+        self._verdicts = {v: self.receipts.labels(verdict=v) for v in RECEIPT_VERDICTS}
+        self._http_children: dict[tuple[str, str, int], _Tally] = {}
+        self._commit_batch = _Tally(self.commit_batch)
+        self._commit_seconds = _Tally(self.commit_seconds)
 
     # ---------------------------------------------------------------- LaneObserver
 
     def committed(self, lane: str, fx: Effects, operations: int, seconds: float) -> None:
-        self.commit_batch.observe(operations)
-        self.commit_seconds.observe(seconds)
+        self._commit_batch.observe(operations)
+        self._commit_seconds.observe(seconds)
         # A batch may write one ticket several times; the objects are the live records,
         # so the last write is the ticket's state at commit.
         tickets: dict[str, Ticket] = {}
-        expired: set[str] = set()
-        abandoned: set[str] = set()
-        late: set[str] = set()
+        incidents: list[Incident] | None = None
         for ch in fx.changes:
             if isinstance(ch, PutTicket):
                 tickets[ch.ticket.ticket_id] = ch.ticket
             elif isinstance(ch, PutIncident):
-                inc = ch.incident
+                if incidents is None:
+                    incidents = []
+                incidents.append(ch.incident)
+            elif isinstance(ch, PutReceipt):
+                verified = ch.receipt.content_hash_verified
+                self._verdicts["verified" if verified else "mismatch"].inc()
+        expired: set[str] = set()
+        abandoned: set[str] = set()
+        late: set[str] = set()
+        if incidents is not None:
+            for inc in incidents:
                 if inc.kind == IncidentKind.LEASE_EXPIRED:
                     expired.add(inc.ticket_id or "")
                 elif inc.kind == IncidentKind.WAITER_ABANDONED:
@@ -208,28 +261,30 @@ class Metrics:
                     late.add(inc.ticket_id or "")
                 elif inc.kind == IncidentKind.COOLDOWN_STARTED:
                     self.cooldowns.inc()
-            elif isinstance(ch, PutReceipt):
-                verified = ch.receipt.content_hash_verified
-                self.receipts.labels(verdict="verified" if verified else "mismatch").inc()
         series = self._series(lane)
-        for tid in fx.promoted:
-            self.grants.inc()
-            t = tickets.get(tid)
-            if t is not None and t.held_at is not None:
-                series.wait.observe(max(0.0, t.held_at - t.enqueued_at))
+        if fx.promoted:
+            self.grants.inc(len(fx.promoted))
+            for tid in fx.promoted:
+                t = tickets.get(tid)
+                if t is not None and t.held_at is not None:
+                    series.wait.observe(max(0.0, t.held_at - t.enqueued_at))
         if expired:
             self.expiries.inc(len(expired))
         if abandoned:
             self.abandoned.inc(len(abandoned))
         for tid, t in tickets.items():
-            if t.state not in (TicketState.DONE, TicketState.EXPIRED):
+            if t.state not in _ENDED:
                 continue
             if tid in late and tid not in expired:
                 continue  # a late release of a lease already counted as expired
             if t.outcome == Outcome.EXPIRED:
                 series.observe_hold(t)
             elif tid not in abandoned and t.state is TicketState.DONE:
-                self.releases.labels(outcome=t.outcome or NO_OUTCOME).inc()
+                outcome = t.outcome or NO_OUTCOME
+                child = self._outcomes.get(outcome)
+                if child is None:
+                    child = self._outcomes[outcome] = self.releases.labels(outcome=outcome)
+                child.inc()
                 series.observe_hold(t)
 
     def lane_state(self, lane: str, held: int, queued: int, paused: bool) -> None:
@@ -267,8 +322,8 @@ class Metrics:
                 holders=self.holders.labels(lane=lane),
                 queue_depth=self.queue_depth.labels(lane=lane),
                 paused=self.paused.labels(lane=lane),
-                wait=self.wait.labels(lane=lane),
-                hold=self.hold.labels(lane=lane),
+                wait=_Tally(self.wait.labels(lane=lane)),
+                hold=_Tally(self.hold.labels(lane=lane)),
             )
         return series
 
@@ -279,11 +334,20 @@ class Metrics:
         self.receipts.labels(verdict=verdict).inc()
 
     def http_request(self, route: str | None, method: str, code: int, seconds: float) -> None:
-        self.http.labels(
-            route=route or UNMATCHED_ROUTE,
-            method=method if method in _METHODS else "other",
-            code=str(code),
-        ).observe(seconds)
+        key = (route or UNMATCHED_ROUTE, method if method in _METHODS else "other", code)
+        tally = self._http_children.get(key)
+        if tally is None:  # bounded: routes x methods x the codes the app answers
+            child = self.http.labels(route=key[0], method=key[1], code=str(code))
+            if len(self._http_children) >= _HTTP_CHILDREN_CACHED:
+                child.observe(seconds)
+                return
+            tally = self._http_children[key] = _Tally(child)
+        tally.observe(seconds)
 
     def render(self) -> bytes:
+        for tally in (self._commit_batch, self._commit_seconds, *self._http_children.values()):
+            tally.flush()
+        for series in self._lanes.values():
+            series.wait.flush()
+            series.hold.flush()
         return generate_latest(self.registry)

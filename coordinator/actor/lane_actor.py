@@ -1,10 +1,12 @@
 """One actor per lane: the only code that touches a lane's core and store.
 
-Every operation is a job in the lane's mailbox. The actor drains the mailbox in
-batches: each job reads `now` once, runs an engine operation (`Ctx.perform`), and its
-changes join the pending group; one lane transaction (begin / apply / finish, one fsync)
-commits a group, and only then are its replies released and its waiters woken. Commits are
-pipelined: while one group commits on a store thread, the next one is built in memory. A job
+Every operation is a job. A job submitted while the actor is free runs at once in the
+caller's task (no mailbox hop); otherwise it waits in the mailbox, which the actor drains in
+batches. Each job reads `now` once, runs an engine operation (`Ctx.perform`), and its changes
+join the pending group; one lane transaction (one fsync) commits a group, and only then are
+its replies released and its waiters woken. Commits are pipelined: while one group commits,
+the next one is built in memory. A SQLite group is written on the event loop and only its
+COMMIT runs on a commit thread, shared by every lane (coordinator/actor/committer.py). A job
 that must read the store first commits what is pending, so reads see every acknowledged
 change. A commit that finds the lane's version moved (another writer) fails like a store
 error: the group answers 503 and the lane is reloaded.
@@ -18,91 +20,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import structlog
 
+from coordinator.actor import committer
+from coordinator.actor.commit_log import report_group
+from coordinator.actor.committer import Prepares
+from coordinator.actor.jobs import Ctx, Job, Pending, StaleLane, noop_job, operation_job
 from coordinator.clock import Clock
 from coordinator.constants import COORDINATOR_KIND, MAILBOX_BATCH_MAX
 from coordinator.engine.lane import LaneCore
-from coordinator.engine.model import (
-    Change,
-    Effects,
-    LaneSettings,
-    PutIncident,
-    PutPause,
-    PutReceipt,
-    PutTicket,
-)
-from coordinator.engine.operations import Operation, Result
-from coordinator.engine.store import LaneStore, Reads, lane_now
-from coordinator.errors import LaneError, StoreError, Unavailable
+from coordinator.engine.model import Change, Effects, LaneSettings
+from coordinator.engine.store import LaneStore, lane_now
+from coordinator.errors import LaneError, Unavailable
 from coordinator.metrics import NULL_METRICS, LaneObserver
+from coordinator.store.files import failure_reason
 
 T = TypeVar("T")
-R = TypeVar("R")
 log = structlog.get_logger("coordinator.actor")
 
-
-@dataclass(slots=True)
-class Ctx:
-    """What a job sees: the core, the one `now` of this operation, and a store reader."""
-
-    actor: LaneActor
-    now: float
-    fx: Effects = field(default_factory=Effects)
-
-    @property
-    def core(self) -> LaneCore:
-        assert self.actor.core is not None
-        return self.actor.core
-
-    async def read(self, fn: Callable[..., T], *args: Any) -> T:
-        if not self.actor.in_transaction:  # shared mode reads inside the lane transaction
-            await self.actor._barrier()
-        return await self.actor._run(fn, *args)
-
-    async def perform(self, op: Operation[R]) -> Result[R]:
-        """Run an engine operation: its store reads (only when it needs any: a read waits
-        for the pending group's commit), then its pure part; its effects join the group."""
-        needs = op.needs(self.core)
-        reads = await self.read(Reads.perform, self.actor.store, needs) if needs else Reads()
-        result = op.run(self.core, self.now, reads)
-        self.fx.extend(result.fx)
-        return result
-
-    def park(self, ticket_id: str) -> asyncio.Future[None]:
-        return self.actor._park(ticket_id)
-
-
-Job = Callable[[Ctx], Awaitable[Any]]
-
-
-def operation_job(op: Operation[Any], parked: list[asyncio.Future[None]] | None = None) -> Job:
-    """A job that performs `op` and answers its reply; with `parked`, a long poll parks on
-    the ticket the operation names (inside the job, so no wake-up is lost)."""
-
-    async def job(ctx: Ctx) -> Any:
-        result = await ctx.perform(op)
-        if result.park is not None and parked is not None:
-            parked.append(ctx.park(result.park))
-        return result.reply
-
-    return job
-
-
-class StaleLane(StoreError):
-    """The lane's stored version is not the one this actor built its memory from."""
-
-
-@dataclass(slots=True)
-class _Pending:
-    future: asyncio.Future[Any]
-    result: Any = None
-    error: BaseException | None = None
+# Jobs live in coordinator/actor/jobs.py; the service, the registry, SharedLaneActor and the
+# tests import them from here too.
+__all__ = ["Ctx", "Job", "LaneActor", "StaleLane", "_Pending", "noop_job", "operation_job"]
+_Pending = Pending
 
 
 class LaneActor:
@@ -133,13 +76,23 @@ class LaneActor:
         self._alarm_task: asyncio.Task[None] | None = None
         self._alarm_at: float | None = None
         self._pending_fx = Effects()
-        self._pending: list[_Pending] = []
+        self._pending: list[Pending] = []
         self._committing: asyncio.Future[None] | None = None
         self._broken = False  # a commit failed: memory must be rebuilt before the next job
         self._parked: dict[str, set[asyncio.Future[None]]] = {}
         self.last_used = 0.0
         self.closed = False
         self.draining = False  # shutting down: long polls answer now instead of parking
+        self.touched: Callable[[str], None] | None = None  # told of every job (the registry)
+        # A job runs in its caller's task when the actor is free (no mailbox hop); `_busy`
+        # while one runs (inline or in the loop), `_free` wakes the loop waiting for it.
+        # Only the pipelined actor: a lock-first batch (SharedLaneActor) stays batched.
+        self._inline = type(self)._run_batch is LaneActor._run_batch
+        self._busy = False
+        self._free: asyncio.Future[None] | None = None
+        # A store that writes a group on the loop and COMMITs it on a store thread (SQLite).
+        self._prepares = cast(Prepares, store) if hasattr(store, "prepare_group") else None
+        self._committer: committer.Committer | None = None  # this loop's (committer.py)
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -175,6 +128,22 @@ class LaneActor:
         self._parked.clear()
         await self._run(self.store.close)
 
+    async def suspend_store(self) -> None:
+        """Let go of the lane's store connection (descriptors, page cache) while the lane is
+        quiet: its memory and its alarm stay; the next job opens the file again. Runs as a
+        job, after every pending commit, so the connection is never used concurrently."""
+        if self.closed:  # not `connected`: a job queued before this one may open it yet
+            return
+        used = self.last_used
+
+        async def job(ctx: Ctx) -> None:
+            await ctx.actor._barrier()
+            await ctx.actor._run(ctx.actor.store.suspend)
+            ctx.actor.last_used = used  # suspending is not a use
+
+        with contextlib.suppress(LaneError):
+            await self.submit(job, touch=False)
+
     def drain(self) -> None:
         """Shutdown has begun: answer every parked long poll now, and park no new one."""
         self.draining = True
@@ -192,12 +161,37 @@ class LaneActor:
 
     # ---------------------------------------------------------------- API
 
-    async def submit(self, job: Job) -> Any:
+    async def submit(self, job: Job, *, touch: bool = True) -> Any:
         if self.closed:
             raise Unavailable("lane is closing; retry")
+        if touch and self.touched is not None:
+            self.touched(self.lane)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        await self._mailbox.put((job, fut))
+        if (
+            self._inline
+            and not self._busy
+            and self._free is None
+            and self._loop_task is not None
+            and self._mailbox.empty()
+        ):
+            await self._inline_job(job, fut)
+        else:
+            self._mailbox.put_nowait((job, fut))  # unbounded: never waits
         return await fut
+
+    async def _inline_job(self, job: Job, fut: asyncio.Future[Any]) -> None:
+        """The actor is free: run the job in the caller's task, as a batch of one (its
+        commit still joins the pending group while another is in flight)."""
+        self._busy = True
+        try:
+            await self._run_batch([(job, fut)])
+        finally:
+            self._busy = False
+            self._kick()  # also when the caller was cancelled mid-job
+            if self.core is not None:
+                self._rearm()
+            if self._free is not None and not self._free.done():
+                self._free.set_result(None)  # the loop took a job meanwhile: its turn
 
     # ---------------------------------------------------------------- internals
 
@@ -225,25 +219,33 @@ class LaneActor:
     async def _loop(self) -> None:
         while True:
             item = await self._mailbox.get()
-            if item is None:
-                with contextlib.suppress(LaneError):
-                    await self._barrier()
-                return
-            batch = [item]
-            while len(batch) < MAILBOX_BATCH_MAX and not self._mailbox.empty():
-                nxt = self._mailbox.get_nowait()
-                if nxt is None:
-                    await self._mailbox.put(None)  # stop after this batch
-                    break
-                batch.append(nxt)
-            await self._run_batch(batch)
-            self._rearm()
+            while self._busy:  # a job runs inline in its caller's task: after it
+                self._free = asyncio.get_running_loop().create_future()
+                await self._free
+            self._free = None
+            self._busy = True
+            try:
+                if item is None:
+                    with contextlib.suppress(LaneError):
+                        await self._barrier()
+                    return
+                batch = [item]
+                while len(batch) < MAILBOX_BATCH_MAX and not self._mailbox.empty():
+                    nxt = self._mailbox.get_nowait()
+                    if nxt is None:
+                        self._mailbox.put_nowait(None)  # stop after this batch
+                        break
+                    batch.append(nxt)
+                await self._run_batch(batch)
+                self._rearm()
+            finally:
+                self._busy = False
 
     async def _run_batch(self, batch: list[tuple[Job, asyncio.Future[Any]]]) -> None:
         """Run the jobs in memory into the pending group and start its commit (pipelined)."""
         for job, fut in batch:
             if self._broken and not await self._recover():
-                self._settle([_Pending(fut, error=Unavailable("lane store unavailable"))])
+                self._settle([Pending(fut, error=Unavailable("lane store unavailable"))])
                 continue
             await self._execute(job, fut)
         self._kick()
@@ -255,7 +257,7 @@ class LaneActor:
         ctx = Ctx(self, now)
         assert self.core is not None
         self._pending_fx.extend(self.core.advance(now))
-        pending = _Pending(fut)
+        pending = Pending(fut)
         try:
             pending.result = await job(ctx)
         except LaneError as exc:
@@ -300,13 +302,45 @@ class LaneActor:
             self._wake(fx)
             return
         assert self.core is not None and self._last_now is not None
-        head = (self._version, self.core.next_deadline(), self._last_now)
-        self._committing = asyncio.ensure_future(self._commit(fx, pending, *head))
+        args = (self._version, fx.changes, self.core.next_deadline(), self._last_now)
+        self._committing = asyncio.get_running_loop().create_future()
+        started = time.perf_counter()  # a duration, not the wall clock
+
+        def done(version: int | None, error: BaseException | None) -> None:
+            self._commit_done(fx, pending, started, version, error)
+
+        # SQLite: the group is written here, on the loop (page-cache work), and only its
+        # COMMIT (the WAL's write and fsync) runs on a store thread: fewer GIL hand-offs.
+        # Stores without it, or a lane whose connection is closed: all on a store thread.
+        # Either way on a store thread with every other lane's commits (committer.py).
+        prepared = None
+        if self._prepares is not None:
+            try:
+                prepared = self._prepares.prepare_group(*args)
+            except Exception as exc:  # nothing was written: the group fails as a commit would
+                done(None, exc)
+                return
+        commits = self._committer
+        if commits is None:
+            commits = self._committer = committer.for_loop(asyncio.get_running_loop())
+        if prepared is None:
+            commits.submit(self._write, args, done)
+        elif not prepared[0]:
+            done(None, StaleLane(f"lane {self.lane} is at version {prepared[1]}, not {args[0]}"))
+        else:
+            assert self._prepares is not None
+            commits.submit(self._prepares.commit_prepared, (prepared[1],), done)
 
     def _write(
         self, version: int, changes: list[Change], next_deadline: float | None, last_now: float
     ) -> int:
         """One lane transaction on the store thread: the group's changes, or none of them."""
+        commit_group = getattr(self.store, "commit_group", None)
+        if commit_group is not None:  # SQLite: the same transaction in fewer statements
+            ok, found = commit_group(version, changes, next_deadline, last_now)
+            if not ok:
+                raise StaleLane(f"lane {self.lane} is at version {found}, not {version}")
+            return int(found)
         head = self.store.begin()
         try:
             if head.version != version:  # single server: never; replicas: reload and retry
@@ -317,21 +351,28 @@ class LaneActor:
             self.store.abort()
             raise
 
-    async def _commit(
+    def _commit_done(
         self,
         fx: Effects,
-        pending: list[_Pending],
-        version: int,
-        next_deadline: float | None,
-        last_now: float,
+        pending: list[Pending],
+        started: float,
+        version: int | None,
+        error: BaseException | None,
     ) -> None:
-        started = time.perf_counter()  # a duration, not the wall clock
+        """On the loop, once the group's transaction ended: release it, commit the next."""
+        committing, self._committing = self._committing, None
         try:
-            self._version = await self._run(
-                self._write, version, fx.changes, next_deadline, last_now
+            if error is None and version is not None:
+                self._version = version
+                self._committed(fx, pending, time.perf_counter() - started)
+                self._kick()
+                return
+            log.error(
+                "lane.commit_failed",
+                lane=self.lane,
+                error=type(error).__name__,
+                reason=failure_reason(error),
             )
-        except Exception as exc:
-            log.error("lane.commit_failed", lane=self.lane, error=type(exc).__name__)
             self._broken = True
             err = Unavailable("lane store unavailable; the change was not applied")
             for p in [*pending, *self._pending]:
@@ -339,27 +380,18 @@ class LaneActor:
             self._settle([*pending, *self._pending])
             self._pending, self._pending_fx = [], Effects()
             self._wake_all()
-            return
         finally:
-            self._committing = None
-        self._committed(fx, pending, time.perf_counter() - started)
-        self._kick()
+            if committing is not None and not committing.done():
+                committing.set_result(None)  # `_barrier` and `_recover` look again
 
-    def _committed(self, fx: Effects, pending: list[_Pending], seconds: float) -> None:
+    def _committed(self, fx: Effects, pending: list[Pending], seconds: float) -> None:
         """A group is durable: count and log it, release its replies, wake its waiters."""
-        self._observe(fx, len(pending), seconds)
-        last_put = {
-            ch.ticket.ticket_id: i for i, ch in enumerate(fx.changes) if isinstance(ch, PutTicket)
-        }
-        for i, ch in enumerate(fx.changes):
-            if not isinstance(ch, PutTicket) or last_put[ch.ticket.ticket_id] == i:
-                _log_change(self.lane, ch)
-        self._observe(None)
+        report_group(self, fx, len(pending), seconds)
         self._settle(pending)
         self._wake(fx)
 
     @staticmethod
-    def _settle(pending: list[_Pending]) -> None:
+    def _settle(pending: list[Pending]) -> None:
         for p in pending:
             if p.future.done():
                 continue
@@ -391,25 +423,17 @@ class LaneActor:
         try:
             await self._load()
         except Exception as exc:
-            log.error("lane.reload_failed", lane=self.lane, error=type(exc).__name__)
+            log.error(
+                "lane.reload_failed",
+                lane=self.lane,
+                error=type(exc).__name__,
+                reason=failure_reason(exc),
+            )
             return False
         finally:
             self._wake_all()
         self._broken = False
         return True
-
-    def _observe(self, fx: Effects | None, operations: int = 0, seconds: float = 0.0) -> None:
-        """Tell the metrics observer what was committed (fx) or, with None, how the lane
-        stands now. Its failure is logged and never fails a reply."""
-        try:
-            if fx is not None:
-                self.metrics.committed(self.lane, fx, operations, seconds)
-            elif self.core is not None:
-                c = self.core
-                paused = c.paused(self.clock.now())
-                self.metrics.lane_state(self.lane, len(c.held), c.queued_count(), paused)
-        except Exception as exc:
-            log.error("lane.metrics_failed", lane=self.lane, error=type(exc).__name__)
 
     def _wake(self, fx: Effects) -> None:
         if fx.pause_changed:
@@ -434,9 +458,10 @@ class LaneActor:
     def _rearm(self) -> None:
         assert self.core is not None
         deadline = self.core.next_deadline()
-        if deadline == self._alarm_at and self._alarm_task is not None:
-            return
-        if self._alarm_task is not None:
+        armed = self._alarm_at
+        if self._alarm_task is not None and armed is not None:
+            if deadline is None or deadline >= armed:
+                return  # the armed alarm comes first; when it fires, it looks again
             self._alarm_task.cancel()
             self._alarm_task = None
         self._alarm_at = deadline
@@ -449,41 +474,11 @@ class LaneActor:
         await self.clock.sleep_until(deadline)
         self._alarm_task = None
         self._alarm_at = None
-        if not self.closed:
-            with contextlib.suppress(LaneError):
-                await self.submit(noop_job)
-
-
-async def noop_job(ctx: Ctx) -> None:
-    """Nothing but the lane's clock: whatever fell due (expiries, pauses) is done."""
-    return None
-
-
-def _log_change(lane: str, ch: Any) -> None:
-    if isinstance(ch, PutTicket):
-        t = ch.ticket
-        log.info(
-            "lane.ticket",
-            lane=lane,
-            ticket=t.ticket_id,
-            machine=t.machine_id,
-            claim=t.claim_id,
-            state=t.state.value,
-            fence=t.fence,
-            outcome=t.outcome,
-        )
-    elif isinstance(ch, PutPause):
-        log.info("lane.pause", lane=lane, until=ch.pause.until if ch.pause else None)
-    elif isinstance(ch, PutReceipt):
-        r = ch.receipt
-        log.info(
-            "lane.receipt",
-            lane=lane,
-            ticket=r.ticket_id,
-            machine=r.machine_id,
-            phase=r.phase,
-            verified=r.content_hash_verified,
-        )
-    elif isinstance(ch, PutIncident):
-        i = ch.incident
-        log.info("lane.incident", lane=lane, kind=i.kind, ticket=i.ticket_id, machine=i.machine_id)
+        if self.closed or self.core is None:
+            return
+        due = self.core.next_deadline()
+        if due is None or due > self.clock.now():
+            self._rearm()  # armed early (the deadline moved later or went): nothing is due
+            return
+        with contextlib.suppress(LaneError):
+            await self.submit(noop_job)

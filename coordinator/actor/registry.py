@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 
 import structlog
 
+from coordinator.actor.deadlines import LaneDeadlines
+from coordinator.actor.descriptors import ConnectionLru, lane_budget, open_file_limit
 from coordinator.actor.lane_actor import LaneActor, noop_job
 from coordinator.actor.shared_actor import SharedLaneActor
 from coordinator.clock import Clock
@@ -23,6 +25,7 @@ from coordinator.constants import (
     ALARM_POLL_SECONDS,
     JANITOR_INTERVAL_SECONDS,
     LANE_IDLE_CLOSE_SECONDS,
+    LANE_QUIET_SECONDS,
     PARKED_RECHECK_SECONDS,
     STORE_THREADS,
 )
@@ -37,6 +40,8 @@ T = TypeVar("T")
 
 RESCAN_SECONDS = 1.0  # at the limit, the stored lanes are listed again at most once a second
 READY_CHECK_SECONDS = 1.0  # /readyz probes the store at most once a second
+SUSPEND_BACKLOG = 4  # lanes past the descriptor budget still closing their file, at most
+REARM_BATCH = 256  # lane files whose deadline one store-thread call reads at startup
 
 
 class LaneRegistry:
@@ -75,6 +80,11 @@ class LaneRegistry:
         self._scanned_at = 0.0
         self._limit_log = RateLimitedLog("lane.limit_reached")
         self._poll_failed = RateLimitedLog("lane.alarm_poll_failed")
+        # Lanes holding a store connection stay under a descriptor budget (LRU); deadlines of
+        # lanes not open yet (startup) are kept here until they fall due.
+        self._lru = ConnectionLru(lane_budget(open_file_limit(), config.max_connections))
+        self._suspending: set[asyncio.Task[None]] = set()
+        self._deadlines = LaneDeadlines(clock, self._fire)
 
     async def _io(self, fn: Callable[..., T], *args: Any) -> T:
         """A storage call on a store thread (files or the network may block)."""
@@ -99,9 +109,17 @@ class LaneRegistry:
         self._lane_files = set(stored)
         self._scanned_at = time.monotonic()
         if not self.storage.shared:
-            # One server: re-arm every lane now. Replicas: the alarm poller finds due lanes.
-            for lane in stored:
-                await self._rearm_stored(lane)
+            # One server: every lane's recorded deadline is read in the background, after the
+            # socket listens; due lanes are woken at once, the others when they fall due.
+            # Replicas: the alarm poller finds due lanes.
+            log.info(
+                "lanes.descriptor_budget",
+                open_file_limit=open_file_limit(),
+                lanes_open_at_once=self._lru.budget,
+                lanes=len(stored),
+            )
+            self._deadlines.start()
+            self._tasks.append(asyncio.create_task(self._rearm_all(stored), name="lane-rearm"))
         self._tasks.append(asyncio.create_task(self._janitor_loop(), name="lane-janitor"))
         if self.storage.shared:
             self._tasks.append(
@@ -113,6 +131,25 @@ class LaneRegistry:
             self._tasks.append(asyncio.create_task(self._alarm_poller(), name="lane-alarms"))
             self._tasks.append(asyncio.create_task(self._parked_recheck(), name="lane-recheck"))
         self._started = True
+
+    async def _rearm_all(self, lanes: list[str]) -> None:
+        enforced = []
+        for lane in lanes:
+            if self.config.lane_settings(lane) is None:
+                log.warning("lane.unenforced_file_ignored", lane=lane)
+            else:
+                enforced.append(lane)
+        for i in range(0, len(enforced), REARM_BATCH):
+            batch = enforced[i : i + REARM_BATCH]
+            peeked = await self._io(lambda b=batch: [self.storage.peek_deadline(x) for x in b])
+            for lane, (known, deadline) in zip(batch, peeked, strict=True):
+                if lane in self._actors:
+                    continue  # opened by a call meanwhile: its own alarm is armed
+                if not known:
+                    await self._rearm_stored(lane)  # an older file: open it to find out
+                elif deadline is not None:
+                    self._deadlines.add(deadline, lane)
+        log.info("lanes.rearmed", lanes=len(enforced), pending=len(self._deadlines))
 
     async def _rearm_stored(self, lane: str) -> None:
         if self.config.lane_settings(lane) is None:
@@ -163,6 +200,8 @@ class LaneRegistry:
             raise Unavailable("coordinator is shutting down")
         actor = self._actors.get(lane)
         if actor is not None and not actor.closed:
+            self._touched(lane)  # make room now: the call's job will hold the file
+            await self._backpressure()
             return actor
         task = self._opening.get(lane)
         if task is None:
@@ -179,14 +218,18 @@ class LaneRegistry:
             task = asyncio.create_task(self._open(lane), name=f"lane-open:{lane}")
             self._opening[lane] = task
         try:
-            return await asyncio.shield(task)
+            opened = await asyncio.shield(task)
         finally:
             if task.done():
                 self._opening.pop(lane, None)
+        await self._backpressure()
+        return opened
 
     async def _open(self, lane: str) -> LaneActor:
         settings = self.config.lane_settings(lane)
         assert settings is not None
+        self._touched(lane)  # the file opens now: it counts against the budget already
+        await self._backpressure()
         store = self.storage.make_store(lane)
         actor: LaneActor
         if self.storage.shared:
@@ -216,6 +259,8 @@ class LaneRegistry:
                     self._lane_files.discard(lane)  # nothing was stored: it takes no place
             raise self._open_failed(lane, exc) from exc
         self._actors[lane] = actor
+        actor.touched = self._touched
+        self._touched(lane)
         if self._failed.pop(lane, None) is not None:
             self.metrics.lane_open_failures(len(self._failed))
         log.info("lane.opened", lane=lane)
@@ -259,7 +304,36 @@ class LaneRegistry:
         self.metrics.lane_open_failures(len(self._failed))
         return StoreError(f"lane {lane} cannot be opened: {reason}", reason=reason)
 
+    def _touched(self, lane: str) -> None:
+        """A job for `lane`: it holds its connection now; lanes over the descriptor budget
+        (least recently used first) let go of theirs."""
+        if self.storage.shared:
+            return
+        for old in self._lru.used(lane):
+            actor = self._actors.get(old)
+            if actor is not None:
+                task = asyncio.create_task(actor.suspend_store(), name=f"lane-suspend:{old}")
+                self._suspending.add(task)
+                task.add_done_callback(self._suspending.discard)
+
+    async def _backpressure(self) -> None:
+        """Lanes pushed out of the descriptor budget close their file in a job of their own;
+        while more than SUSPEND_BACKLOG of those are still pending, new calls wait, so the
+        files open at once stay near the budget under any load."""
+        while len(self._suspending) > SUSPEND_BACKLOG:
+            await asyncio.wait(set(self._suspending), return_when=asyncio.FIRST_COMPLETED)
+
+    async def suspend_quiet(self, quiet_seconds: float = LANE_QUIET_SECONDS) -> None:
+        """Lanes with no call for quiet_seconds let go of their connection (a quiet lane
+        holds no descriptor); their memory and alarms stay."""
+        now = self.clock.now()
+        for lane, actor in list(self._actors.items()):
+            if actor.store.connected and now - actor.last_used >= quiet_seconds:
+                self._lru.forget(lane)
+                await actor.suspend_store()
+
     async def _close(self, lane: str) -> None:
+        self._lru.forget(lane)
         actor = self._actors.pop(lane, None)
         if actor is not None:
             await actor.stop()
@@ -276,6 +350,7 @@ class LaneRegistry:
             await asyncio.sleep(JANITOR_INTERVAL_SECONDS)
             try:
                 await self.close_idle()
+                await self.suspend_quiet()
             except Exception as exc:
                 log.error("lane.janitor_failed", error=type(exc).__name__)
 
@@ -347,8 +422,9 @@ class LaneRegistry:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
-        for fire in list(self._firing.values()):
-            fire.cancel()
+        await self._deadlines.stop()
+        for task in [*self._firing.values(), *self._suspending]:
+            task.cancel()
         for lane in list(self._actors):
             await self._close(lane)
         if self._storage_started:

@@ -27,6 +27,7 @@ from coordinator.engine.model import Change, Effects, LaneSettings
 from coordinator.engine.store import LaneStore, lane_now
 from coordinator.errors import LaneError, Unavailable
 from coordinator.metrics import NULL_METRICS, LaneObserver
+from coordinator.store.files import failure_reason
 
 log = structlog.get_logger("coordinator.actor")
 
@@ -63,7 +64,12 @@ class SharedLaneActor(LaneActor):
         try:
             head = await self._run(self.store.begin)
         except Exception as exc:
-            log.error("lane.begin_failed", lane=self.lane, error=type(exc).__name__)
+            log.error(
+                "lane.begin_failed",
+                lane=self.lane,
+                error=type(exc).__name__,
+                reason=failure_reason(exc),
+            )
             self._fail_batch(batch, Unavailable("lane store unavailable; retry"))
             return
         self.in_transaction = True
@@ -89,7 +95,12 @@ class SharedLaneActor(LaneActor):
         except Exception as exc:
             with contextlib.suppress(Exception):
                 await self._run(self.store.abort)
-            log.error("lane.commit_failed", lane=self.lane, error=type(exc).__name__)
+            log.error(
+                "lane.commit_failed",
+                lane=self.lane,
+                error=type(exc).__name__,
+                reason=failure_reason(exc),
+            )
             self._broken = True
             self._pending, self._pending_fx = [], Effects()
             self._fail_batch(

@@ -48,6 +48,16 @@ class LaneStore(Protocol):
 
     def close(self) -> None: ...
 
+    @property
+    def connected(self) -> bool:
+        """The store holds descriptors of its own for this lane (a SQLite lane file)."""
+        ...
+
+    def suspend(self) -> None:
+        """Let go of this lane's descriptors until the next call (a quiet lane); no-op for a
+        store without per-lane descriptors."""
+        ...
+
     # ---------------------------------------------------------------- the lane transaction
 
     def begin(self) -> LaneHead:

@@ -4,6 +4,7 @@ read-only routes and the control room coordinator/http/reads.py."""
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +37,7 @@ from coordinator.http.middleware import (
     SERVICE_KEY,
     TOKENS_KEY,
     UNAUTHORIZED_LOG_KEY,
-    auth_middleware,
-    error_middleware,
+    app_middleware,
     json_reply,
     reply_headers,
 )
@@ -62,6 +62,7 @@ from coordinator.protocol import requests as S
 from coordinator.protocol.errors import (
     BadRequest,
     ReceiptConflict,
+    Unavailable,
     UnsupportedMediaType,
     UnsupportedProtocol,
 )
@@ -72,6 +73,18 @@ from coordinator.store.presence import presence_store_for
 from coordinator.store.storage import open_storage
 
 log = structlog.get_logger("coordinator.http")
+
+# Every request allocates a few hundred container objects, so with the default threshold
+# (700) the youngest generation is collected every few requests; 10,000 measured about 10 %
+# less CPU per operation (docs/architecture.md, "The hot path"). Older generations keep
+# their defaults (a full collection after 100 young ones).
+GC_YOUNG_THRESHOLD = 10_000
+
+
+def tune_gc() -> None:
+    """The server's garbage-collector thresholds (process-wide, idempotent)."""
+    young, older, oldest = gc.get_threshold()
+    gc.set_threshold(max(GC_YOUNG_THRESHOLD, young), older, oldest)
 
 
 # ---------------------------------------------------------------- request parsing
@@ -129,6 +142,10 @@ def _call(body: S.TicketBody) -> TicketCall:
 async def acquire(request: web.Request) -> web.Response:
     b: S.AcquireBody = await _body(request, S.AcquireBody)
     _saw(request, b.lane, b.machine_id, b.claim_id)
+    if request.transport is None or request.transport.is_closing():
+        # The client gave up (e.g. while the server was frozen): a ticket made now would be a
+        # ghost nobody waits for, and could be promoted and hold the slot for a whole lease.
+        raise Unavailable("the client has gone; nothing was applied")
     cmd = Acquire(
         b.machine_id,
         b.claim_id,
@@ -223,7 +240,7 @@ def create_app(
     clock = clock or SystemClock()
     storage = open_storage(store or config.store, data_dir)
     app = web.Application(
-        middlewares=[error_middleware, auth_middleware],
+        middlewares=[app_middleware],
         client_max_size=config.max_body_bytes,
         # The parser must not decode a compressed body as it arrives (before auth, outside
         # the limits): `read_body` does, for an authorized request. Idle kept-alive
@@ -271,6 +288,7 @@ def create_app(
     app.router.add_get("/control-room/assets/{name}", control_room_asset, name="control-room-asset")
 
     async def on_startup(app: web.Application) -> None:
+        tune_gc()
         await app[REGISTRY_KEY].start()  # "coordinator.started" is logged once listening (cli)
 
     async def on_shutdown(app: web.Application) -> None:

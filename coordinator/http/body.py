@@ -76,8 +76,11 @@ async def read_body(request: web.Request, limit: int, timeout: float) -> bytes:
     if request.content_length is not None and request.content_length > limit:
         raise PayloadTooLarge(f"body: larger than {limit} bytes")
     try:
-        async with asyncio.timeout(timeout):
-            raw = await request.read()  # the app's client_max_size (= limit) applies: 413
+        if request.content.is_eof():  # all of it arrived with the headers: nothing to wait for
+            raw = await request.read()
+        else:
+            async with asyncio.timeout(timeout):
+                raw = await request.read()  # the app's client_max_size (= limit) applies: 413
     except TimeoutError:
         raise BadRequest(f"body: not received within {timeout:g} s") from None
     except web.RequestPayloadError:  # a malformed chunked body, or one cut short

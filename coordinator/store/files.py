@@ -67,6 +67,9 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 _SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
 
 
+TEMP_MARK = ".sqlite.tmp-"  # in the name of a lane file being created (and its side files)
+
+
 def temp_lane_path(path: Path) -> Path:
     """A temporary name next to a lane file: starts with a dot and does not end in the lane
     suffix, so it is never read as a lane (`lane_from_file_name`)."""
@@ -134,6 +137,11 @@ def _replace_empty(tmp: Path, path: Path) -> None:
             os.replace(tmp, path)
     finally:
         os.close(fd)
+
+
+def failure_reason(exc: BaseException | None) -> str | None:
+    """The cause of a failed commit or reload for the log (ENOSPC, EMFILE, corrupt, ...)."""
+    return None if exc is None else open_failure_reason(exc)
 
 
 def open_failure_reason(exc: BaseException) -> str:

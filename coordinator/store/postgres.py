@@ -134,6 +134,13 @@ class PostgresLaneStore:
             self.close()
             raise
 
+    @property
+    def connected(self) -> bool:
+        return False  # sessions belong to the replica's pool, not to a lane
+
+    def suspend(self) -> None:
+        return None
+
     def close(self) -> None:
         self.abort()
         self._opened = False

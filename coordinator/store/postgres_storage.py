@@ -83,6 +83,9 @@ class PostgresStorage:
     def where(self, lane: str) -> dict[str, str]:
         return {}
 
+    def peek_deadline(self, lane: str) -> tuple[bool, float | None]:
+        return True, None  # replicas: the alarm poller reads every lane's deadline
+
     def lanes_due(self, now: float) -> list[str]:
         return self._call(lambda conn: db.lanes_due(conn, now, ALARM_POLL_BATCH))
 

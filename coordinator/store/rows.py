@@ -36,15 +36,22 @@ TICKET_COLUMNS = (
     "lease_seconds, last_seen_at, held_at, lease_expires_at, heartbeat_at, fence, outcome, "
     "late_outcome, provider_job_id, note, ended_at"
 )
-_TICKET_UPDATE = (
-    "DO UPDATE SET state = excluded.state, "
-    "last_seen_at = excluded.last_seen_at, held_at = excluded.held_at, "
-    "lease_seconds = excluded.lease_seconds, "
-    "lease_expires_at = excluded.lease_expires_at, heartbeat_at = excluded.heartbeat_at, "
-    "fence = excluded.fence, outcome = excluded.outcome, late_outcome = excluded.late_outcome, "
-    "provider_job_id = excluded.provider_job_id, note = excluded.note, "
-    "ended_at = excluded.ended_at"
+# The columns a ticket's later writes change (the upsert's DO UPDATE, SQLite's plain UPDATE).
+_UPDATED = (
+    "state",
+    "last_seen_at",
+    "held_at",
+    "lease_seconds",
+    "lease_expires_at",
+    "heartbeat_at",
+    "fence",
+    "outcome",
+    "late_outcome",
+    "provider_job_id",
+    "note",
+    "ended_at",
 )
+_TICKET_UPDATE = "DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in _UPDATED)
 
 
 def ticket_upsert(placeholder: str, lane_column: bool) -> str:
@@ -60,6 +67,8 @@ def ticket_upsert(placeholder: str, lane_column: bool) -> str:
 
 
 TICKET_UPSERT = ticket_upsert("?", lane_column=False)
+# A ticket whose row exists (SQLite's write path): its updated columns, by id.
+TICKET_UPDATE = f"UPDATE tickets SET {', '.join(f'{c} = ?' for c in _UPDATED)} WHERE ticket_id = ?"
 ENDED = "state IN ('done', 'expired')"
 RECEIPT_COLUMNS = (
     "receipt_id, ticket_id, phase, machine_id, payload, content_hash, content_hash_verified, "
@@ -183,6 +192,25 @@ def ticket_values(t: Ticket) -> tuple[Any, ...]:
         t.provider_job_id,
         t.note,
         t.ended_at,
+    )
+
+
+def ticket_update_values(t: Ticket) -> tuple[Any, ...]:
+    """A ticket's parameters for TICKET_UPDATE (the updated columns, then its id)."""
+    return (
+        t.state.value,
+        t.last_seen_at,
+        t.held_at,
+        t.lease_seconds,
+        t.lease_expires_at,
+        t.heartbeat_at,
+        t.fence,
+        t.outcome,
+        t.late_outcome,
+        t.provider_job_id,
+        t.note,
+        t.ended_at,
+        t.ticket_id,
     )
 
 

@@ -24,20 +24,9 @@ from coordinator.constants import (
     STORE_BUSY_TIMEOUT_MS,
 )
 from coordinator.engine.model import (
-    Change,
     Incident,
     IncidentKind,
     LaneSnapshot,
-    PruneHistory,
-    PruneIncidents,
-    PruneMachinesSeen,
-    PutCounters,
-    PutIncident,
-    PutMachineSeen,
-    PutPause,
-    PutProjectServed,
-    PutReceipt,
-    PutTicket,
     Receipt,
     Ticket,
 )
@@ -59,25 +48,22 @@ from coordinator.store.rows import (
     PAUSE_COLUMNS,
     RECEIPT_COLUMNS,
     SQLITE_SEEN_LOAD,
-    SQLITE_SEEN_PRUNE,
-    SQLITE_SEEN_UPSERT,
     TICKET_COLUMNS,
-    TICKET_UPSERT,
-    coalesce,
-    detail_json,
     incident_from_row,
     pause_from_row,
-    pause_values,
     receipt_from_row,
-    receipt_values,
     seen_from_rows,
     seen_since,
     ticket_from_row,
-    ticket_values,
 )
+from coordinator.store.sqlite_writes import SqliteTransaction
+
+# Prepared statements kept per connection: the store uses a few dozen distinct ones; Python's
+# default (128) costs about 50 KB more per open lane for nothing.
+CACHED_STATEMENTS = 48
 
 
-class SqliteLaneStore:
+class SqliteLaneStore(SqliteTransaction):
     """All SQL of a lane. Calls are synchronous; the caller serializes them per lane."""
 
     def __init__(
@@ -93,14 +79,65 @@ class SqliteLaneStore:
         self._max_migration = max_migration  # tests: stop at an older schema
         self._busy_timeout_ms = busy_timeout_ms
         self._db: sqlite3.Connection | None = None
+        self._suspended = False  # opened, then its connection closed: reopened on use
 
     # ---------------------------------------------------------------- lifecycle
 
     @property
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:
-            raise StoreError("lane store is closed")
+            if not self._suspended:
+                raise StoreError("lane store is closed")
+            self._resume()
+        assert self._db is not None
         return self._db
+
+    @property
+    def connected(self) -> bool:
+        """The lane file is open (it holds descriptors: the database, its -wal and -shm)."""
+        return self._db is not None
+
+    def suspend(self) -> None:
+        """Close the connection of a quiet lane (its descriptors and page cache go); the
+        next call opens the file again. Never inside a transaction."""
+        if self._db is None or self._db.in_transaction:
+            return
+        self.close()
+        self._suspended = True
+
+    def _resume(self) -> None:
+        """Open a suspended lane's file again: it must still be this lane's database (a file
+        removed or replaced meanwhile is refused, never recreated empty)."""
+        try:
+            if not self.path.is_file() or is_empty_file(self.path):
+                raise StoreError(f"lane store for {self.lane}: its file is gone", reason="gone")
+            check_lane_header(self.path)
+        except OSError as exc:
+            raise self._open_error(exc) from exc
+        try:
+            self._open_existing()
+        finally:
+            # failed: still suspended, so the next call tries again (the actor answers 503)
+            self._suspended = self._db is None
+
+    @staticmethod
+    def peek_deadline(path: Path) -> tuple[bool, float | None]:
+        """(known, next_deadline) of a lane file without opening it as a lane: read-only, one
+        row. `known` is False when the file cannot tell (an older schema, unreadable): open
+        the lane to find out."""
+        try:
+            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
+        except sqlite3.Error:
+            return False, None
+        try:
+            row = db.execute("SELECT next_deadline FROM lane_head WHERE id = 1").fetchone()
+        except sqlite3.Error:
+            return False, None
+        finally:
+            db.close()
+        if row is None:
+            return False, None
+        return True, row[0]
 
     @property
     def is_open(self) -> bool:
@@ -175,7 +212,13 @@ class SqliteLaneStore:
             make_private_file(self.path)  # SQLite gives the -wal and -shm files the same mode
         except OSError as exc:
             raise self._open_error(exc) from exc
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        db = sqlite3.connect(
+            self.path,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=30.0,
+            cached_statements=CACHED_STATEMENTS,
+        )
         self._db = db  # set first, so a failure below closes it
         db.row_factory = sqlite3.Row
         db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
@@ -185,6 +228,7 @@ class SqliteLaneStore:
         self._migrate()
 
     def close(self) -> None:
+        self._suspended = False
         if self._db is not None:
             with contextlib.suppress(sqlite3.Error):
                 self._db.close()
@@ -198,20 +242,8 @@ class SqliteLaneStore:
         return int(row["v"] or 0)
 
     # ---------------------------------------------------------------- the lane transaction
-
-    def begin(self) -> LaneHead:
-        db = self._conn
-        if db.in_transaction:
-            raise StoreError(f"lane store for {self.lane}: a transaction is already open")
-        try:
-            db.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise StoreError(f"lane store for {self.lane} is busy") from exc
-        try:
-            return self._head()
-        except BaseException:
-            self.abort()
-            raise
+    # begin / apply / finish / abort and the actor's group commit: coordinator/store/
+    # sqlite_writes.py (SqliteTransaction).
 
     def _head(self) -> LaneHead:
         rows = self._read("SELECT version, last_now, next_deadline FROM lane_head WHERE id = 1")
@@ -219,101 +251,6 @@ class SqliteLaneStore:
             raise StoreError(f"lane store for {self.lane} has no lane_head row")
         r = rows[0]
         return LaneHead(int(r["version"]), r["last_now"], r["next_deadline"])
-
-    def apply(self, changes: Sequence[Change]) -> None:
-        if not self._conn.in_transaction:
-            raise StoreError(f"lane store for {self.lane}: apply outside a transaction")
-        try:
-            self._write(changes)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot write to lane store for {self.lane}") from exc
-
-    def finish(self, next_deadline: float | None, last_now: float, notify: bool = False) -> int:
-        """COMMIT (`notify` is for stores shared by replicas: one file has one server)."""
-        db = self._conn
-        if not db.in_transaction:
-            raise StoreError(f"lane store for {self.lane}: finish outside a transaction")
-        try:
-            db.execute(
-                "UPDATE lane_head SET version = version + 1, next_deadline = ?, "
-                "last_now = max(coalesce(last_now, ?), ?) WHERE id = 1",
-                (next_deadline, last_now, last_now),
-            )
-            version = int(db.execute("SELECT version FROM lane_head WHERE id = 1").fetchone()[0])
-            db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self.abort()
-            raise StoreError(f"cannot commit to lane store for {self.lane}") from exc
-        return version
-
-    def abort(self) -> None:
-        db = self._db
-        if db is not None and db.in_transaction:
-            with contextlib.suppress(sqlite3.Error):
-                db.execute("ROLLBACK")
-
-    # ---------------------------------------------------------------- writes
-
-    def _write(self, changes: Sequence[Change]) -> None:
-        db = self._conn
-        for ch in coalesce(changes):
-            if isinstance(ch, PutTicket):
-                db.execute(TICKET_UPSERT, ticket_values(ch.ticket))
-            elif isinstance(ch, PutCounters):
-                db.executemany(
-                    "INSERT INTO meta (key, value) VALUES (?, ?) "
-                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    [("last_fence", str(ch.last_fence)), ("next_seq", str(ch.next_seq))],
-                )
-            elif isinstance(ch, PutProjectServed):
-                db.execute(
-                    "INSERT INTO projects (project, last_fence, last_granted_at) VALUES (?, ?, ?) "
-                    "ON CONFLICT (project) DO UPDATE SET last_fence = excluded.last_fence, "
-                    "last_granted_at = excluded.last_granted_at",
-                    (ch.project, ch.fence, ch.at),
-                )
-            elif isinstance(ch, PutPause):
-                db.execute("DELETE FROM pause")
-                if ch.pause is not None:
-                    db.execute(
-                        f"INSERT INTO pause (id, {PAUSE_COLUMNS}) VALUES (1, ?, ?, ?, ?, ?, ?)",
-                        pause_values(ch.pause),
-                    )
-            elif isinstance(ch, PutReceipt):
-                db.execute(
-                    f"INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    receipt_values(ch.receipt),
-                )
-            elif isinstance(ch, PutIncident):
-                i = ch.incident
-                db.execute(
-                    "INSERT INTO incidents (kind, at, ticket_id, machine_id, detail) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (
-                        i.kind,
-                        i.at,
-                        i.ticket_id,
-                        i.machine_id,
-                        detail_json(i),
-                    ),
-                )
-            elif isinstance(ch, PruneHistory):
-                oldest = (
-                    f"SELECT ticket_id FROM tickets WHERE {ENDED} "
-                    "ORDER BY ended_at ASC, seq ASC LIMIT ?"
-                )
-                db.execute(f"DELETE FROM receipts WHERE ticket_id IN ({oldest})", (ch.excess,))
-                db.execute(f"DELETE FROM tickets WHERE ticket_id IN ({oldest})", (ch.excess,))
-            elif isinstance(ch, PruneIncidents):
-                db.execute(
-                    "DELETE FROM incidents WHERE id IN "
-                    "(SELECT id FROM incidents ORDER BY id ASC LIMIT ?)",
-                    (ch.excess,),
-                )
-            elif isinstance(ch, PutMachineSeen):
-                db.execute(SQLITE_SEEN_UPSERT, (ch.machine_id, ch.at))
-            elif isinstance(ch, PruneMachinesSeen):
-                db.execute(SQLITE_SEEN_PRUNE, (ch.before,))
 
     # ---------------------------------------------------------------- reads
 

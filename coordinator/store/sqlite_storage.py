@@ -11,7 +11,12 @@ from coordinator.engine.store import LaneStore
 from coordinator.errors import ConfigError
 from coordinator.names import lane_file_name, lane_from_file_name
 from coordinator.protocol.constants import ACTOR_SQLITE
-from coordinator.store.files import data_dir_unwritable, is_empty_file, make_private_dir
+from coordinator.store.files import (
+    TEMP_MARK,
+    data_dir_unwritable,
+    is_empty_file,
+    make_private_dir,
+)
 from coordinator.store.lock import DataDirLock
 from coordinator.store.sqlite import SqliteLaneStore
 
@@ -38,9 +43,23 @@ class SqliteStorage:
             log.warning("data_dir.not_private", data_dir=str(self.data_dir), hint="chmod 700")
         make_private_dir(self.data_dir)
         self._lock.acquire()
+        self._remove_temp_files()
         for p in sorted(self.data_dir.iterdir()):
             if lane_from_file_name(p.name) is not None and is_empty_file(p):
                 log.warning("lane.empty_file_ignored", file=p.name, hint="no lane yet")
+
+    def _remove_temp_files(self) -> None:
+        """A lane file being created lives under a temporary name until it is complete
+        (files.temp_lane_path); one left by a crash or a power loss during a first acquire is
+        never a lane. We hold the data dir's lock: no other server is creating one now."""
+        for p in sorted(self.data_dir.iterdir()):
+            if p.name.startswith(".") and TEMP_MARK in p.name and p.is_file():
+                try:
+                    p.unlink()
+                except OSError as exc:
+                    log.warning("lane.temp_file_kept", file=p.name, error=type(exc).__name__)
+                    continue
+                log.info("lane.temp_file_removed", file=p.name)
 
     def stop(self) -> None:
         self._lock.release()
@@ -67,6 +86,9 @@ class SqliteStorage:
 
     def where(self, lane: str) -> dict[str, str]:
         return {"file": self.path_for(lane).name}
+
+    def peek_deadline(self, lane: str) -> tuple[bool, float | None]:
+        return SqliteLaneStore.peek_deadline(self.path_for(lane))
 
     def lanes_due(self, now: float) -> list[str]:
         return []

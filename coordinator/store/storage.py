@@ -52,6 +52,10 @@ class Storage(Protocol):
         """Log fields naming where the lane lives (its file, or nothing: the database)."""
         ...
 
+    def peek_deadline(self, lane: str) -> tuple[bool, float | None]:
+        """(known, next deadline) of a stored lane without opening it (startup re-arm)."""
+        ...
+
     def lanes_due(self, now: float) -> list[str]:
         """Lanes whose recorded next deadline has come (the alarm poller; [] when the
         store is not shared: this process armed every alarm itself)."""

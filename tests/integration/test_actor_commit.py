@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -43,15 +44,23 @@ class GatedStore(SqliteLaneStore):
         self.entered = threading.Event()
         self.fail_next = False
         self.commits: list[int] = []  # number of changes in each successful commit
+        self._applied = 0
 
     def apply(self, changes: Sequence[Change]) -> None:
+        super().apply(changes)
+        self._applied = len(changes)
+
+    def commit_prepared(self, version: int) -> int:
+        """The COMMIT, on the store thread (the group was written on the event loop)."""
         self.entered.set()
         self.gate.wait(10)
         if self.fail_next:
             self.fail_next = False
+            self.abort()
             raise StoreError("disk on fire")
-        super().apply(changes)
-        self.commits.append(len(changes))
+        done = super().commit_prepared(version)
+        self.commits.append(self._applied)
+        return done
 
 
 def settings(capacity: int = 1) -> LaneSettings:
@@ -157,6 +166,33 @@ async def test_jobs_arriving_during_a_commit_join_the_next_group(
     # One commit for the first job, one for the ten that queued up behind it.
     assert len(store.commits) - before == 2
     assert len(on_disk(store.path)) == 11
+
+
+async def test_a_lane_locked_by_another_process_commits_on_a_store_thread(
+    actor: tuple[LaneActor, GatedStore],
+) -> None:
+    """A group is written on the event loop only when the lane's write lock is free at once:
+    while another connection holds it, the loop never waits for it; the group is committed on
+    a store thread, which waits (busy_timeout), and the reply leaves after that COMMIT."""
+    a, store = actor
+    await a.submit(acquire(1))  # the connection is warm (its groups are prepared on the loop)
+    other = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # another process holds the lane's write lock
+        pending = asyncio.ensure_future(a.submit(acquire(2)))
+        started = time.monotonic()
+        for _ in range(10):  # the event loop keeps running meanwhile (busy_timeout is 5 s)
+            await asyncio.sleep(0.01)
+        assert time.monotonic() - started < 1.0
+        assert not pending.done()  # its commit waits for the lock, on a store thread
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+    reply = await asyncio.wait_for(pending, 10)
+    assert reply["ticket"]["state"] == "held"
+    assert on_disk(store.path)["t_0002"] == "held"
+    again = await a.submit(acquire(3))  # and the next group is prepared on the loop again
+    assert on_disk(store.path)["t_0003"] == again["ticket"]["state"] == "held"
 
 
 async def test_failed_commit_fails_every_job_built_on_it(

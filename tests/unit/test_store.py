@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.engine.model import PutCounters, PutReceipt, PutTicket
+from coordinator.engine.model import PutCounters, PutReceipt, PutTicket, TicketState
 from coordinator.errors import StoreError
 from coordinator.store.migrate import migrations
 from coordinator.store.sqlite import SqliteLaneStore
@@ -268,3 +268,85 @@ def test_many_processes_opening_a_new_lane_file_at_once(tmp_path: Path) -> None:
             p.join(60)
         outcomes = [results.get(timeout=10) for _ in procs]
         assert outcomes == ["ok"] * 8, (trial, outcomes)
+
+
+# ---------------------------------------------------------------- the write path
+
+
+def _rows(path: Path) -> dict[str, tuple[Any, ...]]:
+    with raw(path) as db:
+        got = db.execute("SELECT ticket_id, state, fence, outcome, ended_at FROM tickets")
+        return {r[0]: tuple(r[1:]) for r in got.fetchall()}
+
+
+def test_a_ticket_written_again_updates_its_row(store: SqliteLaneStore) -> None:
+    """Once the counters say a ticket's row exists (its seq is below the stored next_seq),
+    its later writes are a plain UPDATE; the row ends up as the upsert would leave it."""
+    t = ticket("t1", 1)
+    write(store, [PutTicket(t), PutCounters(0, 2)])
+    t.state, t.fence, t.held_at = TicketState.HELD, 1, T0 + 1
+    t.lease_expires_at = T0 + 61
+    write(store, [PutTicket(t), PutCounters(1, 2)])
+    assert _rows(store.path) == {"t1": ("held", 1, None, None)}
+    t.state, t.outcome, t.ended_at = TicketState.DONE, "completed", T0 + 2
+    write(store, [PutTicket(t)])
+    assert _rows(store.path) == {"t1": ("done", 1, "completed", T0 + 2)}
+    again = reopen(store)
+    try:
+        assert again.load().history_count == 1
+    finally:
+        again.close()
+
+
+def test_a_ticket_whose_row_is_gone_is_written_whole(store: SqliteLaneStore, path: Path) -> None:
+    t = ticket("t1", 1)
+    write(store, [PutTicket(t), PutCounters(0, 2)])
+    with raw(path) as db:  # gone behind the store's back (what a prune would do)
+        db.execute("DELETE FROM tickets")
+        db.commit()
+    t.last_seen_at = T0 + 5
+    write(store, [PutTicket(t)])  # the UPDATE finds no row: inserted again, in full
+    assert _rows(path) == {"t1": ("queued", None, None, None)}
+
+
+def test_counters_are_written_only_when_they_change(store: SqliteLaneStore, path: Path) -> None:
+    write(store, [PutCounters(3, 7)])
+    with raw(path) as db:
+        db.execute("UPDATE meta SET value = 'x' WHERE key = 'last_fence'")  # a marker
+        db.commit()
+    write(store, [PutCounters(3, 8)])  # only next_seq changed: last_fence is not rewritten
+    with raw(path) as db:
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+    assert meta["last_fence"] == "x" and meta["next_seq"] == "8"
+    other = SqliteLaneStore(path, LANE)  # a store that does not know them writes both
+    other.open()
+    try:
+        write(other, [PutCounters(3, 9)])
+    finally:
+        other.close()
+    with raw(path) as db:
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+    assert meta == {**meta, "last_fence": "3", "next_seq": "9"}
+
+
+def test_a_prepared_group_commits_and_a_moved_lane_is_refused(
+    store: SqliteLaneStore, path: Path
+) -> None:
+    """The actor's split commit: the group is written (prepare_group, on the event loop),
+    then COMMITted (commit_prepared, on a store thread); a lane whose version moved on is
+    refused with the version found, and nothing is written."""
+    version = store.load().version
+    prepared = store.prepare_group(version, [PutTicket(ticket("t1", 1))], T0 + 60, T0)
+    assert prepared == (True, version + 1)
+    assert _rows(path) == {}  # not committed yet
+    assert store.commit_prepared(version + 1) == version + 1
+    assert _rows(path) == {"t1": ("queued", None, None, None)}
+    assert store.prepare_group(version, [PutTicket(ticket("t2", 2))], None, T0) == (
+        False,
+        version + 1,
+    )
+    assert store.commit_group(version + 1, [PutTicket(ticket("t2", 2))], None, T0) == (
+        True,
+        version + 2,
+    )
+    assert set(_rows(path)) == {"t1", "t2"}

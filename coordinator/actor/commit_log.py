@@ -1,0 +1,88 @@
+"""What a lane actor says about a durable group: its metrics and its log lines.
+
+One `lane.ticket` line per ticket the group changed (its last write: lane, ticket, machine,
+claim, state, fence, outcome), and one line per pause, receipt and incident. Logged after the
+COMMIT, so a line never tells of a change that is not durable; a group's lines reach stderr
+in one write (`coordinator.logs.batched`), and nothing is built below the `info` level."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import structlog
+
+from coordinator.engine.model import Effects, PutIncident, PutPause, PutReceipt, PutTicket
+from coordinator.logs import batched, enabled
+
+if TYPE_CHECKING:
+    from coordinator.actor.lane_actor import LaneActor
+
+log = structlog.get_logger("coordinator.actor")
+
+
+def report_group(actor: LaneActor, fx: Effects, operations: int, seconds: float) -> None:
+    """A group is durable: tell the metrics observer what was committed and how the lane
+    stands now (a failure there is logged and never fails a reply), then log it."""
+    try:
+        actor.metrics.committed(actor.lane, fx, operations, seconds)
+    except Exception as exc:
+        log.error("lane.metrics_failed", lane=actor.lane, error=type(exc).__name__)
+    log_group(actor.lane, fx)
+    c = actor.core
+    if c is None:
+        return
+    try:
+        paused = c.paused(actor.clock.now())
+        actor.metrics.lane_state(actor.lane, len(c.held), c.queued_count(), paused)
+    except Exception as exc:
+        log.error("lane.metrics_failed", lane=actor.lane, error=type(exc).__name__)
+
+
+def log_group(lane: str, fx: Effects) -> None:
+    """The group's log lines, in the order of its changes, written in one go."""
+    if not enabled(logging.INFO):
+        return
+    with batched():
+        _lines(lane, fx)
+
+
+def _lines(lane: str, fx: Effects) -> None:
+    changes = fx.changes
+    last_put = {ch.ticket.ticket_id: i for i, ch in enumerate(changes) if type(ch) is PutTicket}
+    for i, ch in enumerate(changes):
+        if type(ch) is PutTicket:
+            if last_put[ch.ticket.ticket_id] != i:
+                continue
+            t = ch.ticket
+            log.info(
+                "lane.ticket",
+                lane=lane,
+                ticket=t.ticket_id,
+                machine=t.machine_id,
+                claim=t.claim_id,
+                state=t.state.value,
+                fence=t.fence,
+                outcome=t.outcome,
+            )
+        elif isinstance(ch, PutPause):
+            log.info("lane.pause", lane=lane, until=ch.pause.until if ch.pause else None)
+        elif isinstance(ch, PutReceipt):
+            r = ch.receipt
+            log.info(
+                "lane.receipt",
+                lane=lane,
+                ticket=r.ticket_id,
+                machine=r.machine_id,
+                phase=r.phase,
+                verified=r.content_hash_verified,
+            )
+        elif isinstance(ch, PutIncident):
+            inc = ch.incident
+            log.info(
+                "lane.incident",
+                lane=lane,
+                kind=inc.kind,
+                ticket=inc.ticket_id,
+                machine=inc.machine_id,
+            )

@@ -1,0 +1,340 @@
+"""The SQLite lane store's lane transaction and write path (`SqliteTransaction`, which
+`SqliteLaneStore` builds on): begin / apply / finish / abort, and the lane actor's group
+commit in as few statements, and as few GIL hand-offs, as it takes.
+
+Every statement run on a store thread is a GIL hand-off (the sqlite3 module lets go of the
+GIL around each step and must take it back from the busy event loop), so:
+- the write path keeps statements few and cheap: consecutive new tickets are one
+  `executemany`, a ticket whose row exists a plain `UPDATE`, the lane's counters one
+  statement and only those that changed, and the head is checked and raised in one
+  conditional `UPDATE` instead of a read at `begin`, an update and a read at `finish`;
+- the actor prepares a group on the event loop (`prepare_group`: BEGIN IMMEDIATE, the head,
+  the changes: page-cache work on a connection that is open, no I/O that waits on the disk)
+  and only `commit_prepared` — the COMMIT, where the WAL is written and fsynced — runs on a
+  store thread. The reply still leaves only after that COMMIT (durability is unchanged). A
+  lane whose connection is closed, or whose write lock another process holds, commits the
+  whole group on a store thread instead (`commit_group`)."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from coordinator.constants import STORE_BUSY_TIMEOUT_MS
+from coordinator.engine.model import (
+    Change,
+    PruneHistory,
+    PruneIncidents,
+    PruneMachinesSeen,
+    PutCounters,
+    PutIncident,
+    PutMachineSeen,
+    PutPause,
+    PutProjectServed,
+    PutReceipt,
+    PutTicket,
+)
+from coordinator.engine.store import LaneHead
+from coordinator.errors import StoreError
+from coordinator.store.rows import (
+    ENDED,
+    PAUSE_COLUMNS,
+    RECEIPT_COLUMNS,
+    SQLITE_SEEN_PRUNE,
+    SQLITE_SEEN_UPSERT,
+    TICKET_UPDATE,
+    TICKET_UPSERT,
+    coalesce,
+    detail_json,
+    pause_values,
+    receipt_values,
+    ticket_update_values,
+    ticket_values,
+)
+
+# The head: version + 1, the next deadline, the latest `now` (never back), only if the lane is
+# at the version given: one statement (no row changed: another writer moved the lane on).
+# (`UPDATE … RETURNING` measured 3× slower than this and a read.)
+HEAD_UPDATE = (
+    "UPDATE lane_head SET version = version + 1, next_deadline = ?, "
+    "last_now = max(coalesce(last_now, ?), ?) WHERE id = 1 AND version = ?"
+)
+_META_UPSERT = " ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+_COUNTERS_BOTH = "INSERT INTO meta (key, value) VALUES ('last_fence', ?), ('next_seq', ?)"
+_COUNTER_ONE = "INSERT INTO meta (key, value) VALUES (?, ?)"
+_PROJECT_UPSERT = (
+    "INSERT INTO projects (project, last_fence, last_granted_at) VALUES (?, ?, ?) "
+    "ON CONFLICT (project) DO UPDATE SET last_fence = excluded.last_fence, "
+    "last_granted_at = excluded.last_granted_at"
+)
+_PAUSE_INSERT = f"INSERT INTO pause (id, {PAUSE_COLUMNS}) VALUES (1, ?, ?, ?, ?, ?, ?)"
+_RECEIPT_INSERT = f"INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_INCIDENT_INSERT = (
+    "INSERT INTO incidents (kind, at, ticket_id, machine_id, detail) VALUES (?, ?, ?, ?, ?)"
+)
+_OLDEST_ENDED = (
+    f"SELECT ticket_id FROM tickets WHERE {ENDED} ORDER BY ended_at ASC, seq ASC LIMIT ?"
+)
+_PRUNE_RECEIPTS = f"DELETE FROM receipts WHERE ticket_id IN ({_OLDEST_ENDED})"
+_PRUNE_TICKETS = f"DELETE FROM tickets WHERE ticket_id IN ({_OLDEST_ENDED})"
+_PRUNE_INCIDENTS = (
+    "DELETE FROM incidents WHERE id IN (SELECT id FROM incidents ORDER BY id ASC LIMIT ?)"
+)
+
+Counters = tuple[int, int]  # (last_fence, next_seq)
+
+
+class SqliteTransaction:
+    """The lane transaction of one lane file (mixed into SqliteLaneStore, which gives the
+    connection, `lane` and `_head`). Calls are serialized per lane by the caller."""
+
+    lane: str
+    _db: sqlite3.Connection | None
+    _busy_timeout_ms: int = STORE_BUSY_TIMEOUT_MS
+    # (version, counters): the counters the file holds at that version, so a commit writes
+    # only those that changed; and the transaction's own (its version: `_txn_version`).
+    _counters: tuple[int, Counters] | None = None
+    _txn_counters: Counters | None = None
+    _txn_version: int | None = None
+    _nowait: sqlite3.Connection | None = None  # busy_timeout 0 there (`prepare_group`)
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        raise NotImplementedError
+
+    def _head(self) -> LaneHead:
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- LaneStore
+
+    def begin(self) -> LaneHead:
+        db = self._conn
+        if db.in_transaction:
+            raise StoreError(f"lane store for {self.lane}: a transaction is already open")
+        self._wait_for_locks(db)
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreError(f"lane store for {self.lane} is busy") from exc
+        try:
+            head = self._head()
+        except BaseException:
+            self.abort()
+            raise
+        self._began(head.version)
+        return head
+
+    def apply(self, changes: Sequence[Change]) -> None:
+        if not self._conn.in_transaction:
+            raise StoreError(f"lane store for {self.lane}: apply outside a transaction")
+        try:
+            self._txn_counters = write_changes(self._conn, changes, self._txn_counters)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot write to lane store for {self.lane}") from exc
+
+    def finish(self, next_deadline: float | None, last_now: float, notify: bool = False) -> int:
+        """COMMIT (`notify` is for stores shared by replicas: one file has one server)."""
+        db = self._conn
+        version = self._txn_version  # read by `begin`, under the write lock
+        if not db.in_transaction or version is None:
+            raise StoreError(f"lane store for {self.lane}: finish outside a transaction")
+        try:
+            if not self._raise_head(db, version, next_deadline, last_now):
+                raise StoreError(f"lane store for {self.lane}: its lane_head row moved")
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self.abort()
+            raise StoreError(f"cannot commit to lane store for {self.lane}") from exc
+        except StoreError:
+            self.abort()
+            raise
+        return self._committed(version + 1)
+
+    def abort(self) -> None:
+        db = self._db
+        if db is not None and db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+
+    # ---------------------------------------------------------------- the actor's group commit
+
+    def commit_group(
+        self, version: int, changes: Sequence[Change], next_deadline: float | None, last_now: float
+    ) -> tuple[bool, int]:
+        """begin, apply and finish on a store thread, in the fewest statements. (True, the
+        new version), or (False, the version found) when the lane is not at `version`
+        (another writer): then nothing was written."""
+        prepared = self._prepare(self._conn, version, changes, next_deadline, last_now)
+        if prepared[0]:
+            self.commit_prepared(prepared[1])
+        return prepared
+
+    def prepare_group(
+        self, version: int, changes: Sequence[Change], next_deadline: float | None, last_now: float
+    ) -> tuple[bool, int] | None:
+        """On the event loop: BEGIN IMMEDIATE (never waiting for the lock: the connection's
+        busy_timeout is 0 from its first prepared group on, until a store-thread transaction
+        sets it back), the head, the changes; `commit_prepared` (on a store thread) COMMITs
+        them. None when it cannot be done here — the connection is closed (reopening it is
+        file I/O) or another process holds the lane's write lock: nothing was started;
+        `commit_group` on a store thread."""
+        db = self._db
+        if db is None or db.in_transaction:
+            return None
+        if self._nowait is not db:  # once per connection: toggling it costs every statement
+            db.execute("PRAGMA busy_timeout = 0")
+            self._nowait = db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError:
+            return None  # locked (by another process): wait for it on a store thread
+        return self._prepare(db, version, changes, next_deadline, last_now, begun=True)
+
+    def commit_prepared(self, version: int) -> int:
+        """COMMIT what `prepare_group` wrote (on a store thread: the WAL's write and fsync);
+        on any error nothing of it is kept."""
+        try:
+            self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self.abort()
+            raise StoreError(f"cannot commit to lane store for {self.lane}") from exc
+        except BaseException:
+            self.abort()
+            raise
+        return self._committed(version)
+
+    def _prepare(
+        self,
+        db: sqlite3.Connection,
+        version: int,
+        changes: Sequence[Change],
+        next_deadline: float | None,
+        last_now: float,
+        *,
+        begun: bool = False,
+    ) -> tuple[bool, int]:
+        if not begun:
+            if db.in_transaction:
+                raise StoreError(f"lane store for {self.lane}: a transaction is already open")
+            self._wait_for_locks(db)
+            try:
+                db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise StoreError(f"lane store for {self.lane} is busy") from exc
+        try:
+            if not self._raise_head(db, version, next_deadline, last_now):
+                found = self._head().version
+                self.abort()
+                return False, found
+            self._began(version)
+            self.apply(changes)
+        except BaseException:
+            self.abort()
+            raise
+        return True, version + 1
+
+    def _raise_head(
+        self, db: sqlite3.Connection, version: int, next_deadline: float | None, last_now: float
+    ) -> bool:
+        """version + 1, the next deadline and the latest `now`, if the lane is at `version`."""
+        try:
+            moved = db.execute(HEAD_UPDATE, (next_deadline, last_now, last_now, version))
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot write to lane store for {self.lane}") from exc
+        return moved.rowcount == 1
+
+    def _wait_for_locks(self, db: sqlite3.Connection) -> None:
+        """A store-thread transaction waits for another process's lock again (busy_timeout),
+        which `prepare_group` turned off on this connection."""
+        if self._nowait is db:
+            db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            self._nowait = None
+
+    def _began(self, version: int) -> None:
+        """A transaction began at `version`: the counters the file holds, if known."""
+        self._txn_version = version
+        known = self._counters
+        self._txn_counters = known[1] if known is not None and known[0] == version else None
+
+    def _committed(self, version: int) -> int:
+        self._txn_version = None
+        counters = self._txn_counters
+        self._counters = None if counters is None else (version, counters)
+        return version
+
+
+def write_changes(
+    db: sqlite3.Connection, changes: Sequence[Change], stored: Counters | None
+) -> Counters | None:
+    """Write a group's changes in order, inside the caller's transaction. `stored`: the
+    counters the file holds (None: unknown), so only a counter that changed is written, and
+    a ticket whose seq is below the stored next_seq (its row exists) is an UPDATE, not the
+    insert-or-update (a third cheaper). Returns the counters the file holds after them."""
+    in_file = stored[1] if stored is not None else 0  # tickets with a lower seq have a row
+    inserts: list[tuple[Any, ...]] = []
+    for ch in coalesce(changes) if len(changes) > 1 else changes:
+        if type(ch) is PutTicket:
+            t = ch.ticket
+            if t.seq >= in_file:
+                inserts.append(ticket_values(t))
+                continue
+            if inserts:
+                _insert_tickets(db, inserts)
+                inserts = []
+            if db.execute(TICKET_UPDATE, ticket_update_values(t)).rowcount != 1:
+                db.execute(TICKET_UPSERT, ticket_values(t))  # gone (pruned): as before
+            continue
+        if inserts:  # consecutive new tickets: one statement, written in their order
+            _insert_tickets(db, inserts)
+            inserts = []
+        if type(ch) is PutCounters:
+            stored = _counters(db, ch, stored)
+        elif type(ch) is PutProjectServed:
+            db.execute(_PROJECT_UPSERT, (ch.project, ch.fence, ch.at))
+        elif type(ch) is PutMachineSeen:
+            db.execute(SQLITE_SEEN_UPSERT, (ch.machine_id, ch.at))
+        elif type(ch) is PruneMachinesSeen:
+            db.execute(SQLITE_SEEN_PRUNE, (ch.before,))
+        else:
+            _other(db, ch)
+    if inserts:
+        _insert_tickets(db, inserts)
+    return stored
+
+
+def _insert_tickets(db: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+    if len(rows) == 1:
+        db.execute(TICKET_UPSERT, rows[0])
+    else:
+        db.executemany(TICKET_UPSERT, rows)
+
+
+def _counters(db: sqlite3.Connection, ch: PutCounters, stored: Counters | None) -> Counters:
+    fence, seq = ch.last_fence, ch.next_seq
+    if stored is None or (stored[0] != fence and stored[1] != seq):
+        db.execute(_COUNTERS_BOTH + _META_UPSERT, (str(fence), str(seq)))
+    elif stored[0] != fence:
+        db.execute(_COUNTER_ONE + _META_UPSERT, ("last_fence", str(fence)))
+    elif stored[1] != seq:
+        db.execute(_COUNTER_ONE + _META_UPSERT, ("next_seq", str(seq)))
+    return (fence, seq)
+
+
+def _other(db: sqlite3.Connection, ch: Change) -> None:
+    """The changes that are rare on the hot path: pauses, receipts, incidents, prunes."""
+    if isinstance(ch, PutPause):
+        db.execute("DELETE FROM pause")
+        if ch.pause is not None:
+            db.execute(_PAUSE_INSERT, pause_values(ch.pause))
+    elif isinstance(ch, PutReceipt):
+        db.execute(_RECEIPT_INSERT, receipt_values(ch.receipt))
+    elif isinstance(ch, PutIncident):
+        i = ch.incident
+        db.execute(_INCIDENT_INSERT, (i.kind, i.at, i.ticket_id, i.machine_id, detail_json(i)))
+    elif isinstance(ch, PruneHistory):
+        db.execute(_PRUNE_RECEIPTS, (ch.excess,))
+        db.execute(_PRUNE_TICKETS, (ch.excess,))
+    elif isinstance(ch, PruneIncidents):
+        db.execute(_PRUNE_INCIDENTS, (ch.excess,))
