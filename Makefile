@@ -9,7 +9,7 @@ CONFIG    ?= deploy/example-config.toml
 # uv: the one on PATH, else the one `make setup` installs into the venv
 UV         = $(shell command -v uv 2>/dev/null || echo $(BIN)/uv)
 
-.PHONY: setup run run-ha test test-core test-ui lint bench verify dist drill drill-ha drill-netns check clean
+.PHONY: setup run run-ha test test-core test-ui lint bench verify dist drill drill-ha drill-netns faults check clean
 
 setup: $(VENV)/.installed
 
@@ -40,7 +40,8 @@ test: test-core test-ui
 
 test-core: setup
 	@sh scripts/ensure-postgres.sh
-	$(BIN)/pytest -q tests/unit tests/contract tests/store_pg tests/replicas tests/integration tests/acceptance tests/ops tests/client tests/drill tests/driver
+	@sh scripts/ensure-cc.sh
+	$(BIN)/pytest -q tests/unit tests/contract tests/store_pg tests/replicas tests/integration tests/acceptance tests/ops tests/client tests/drill tests/driver tests/faults tests/powerloss
 
 test-ui: setup
 	@sh scripts/ensure-chromium.sh
@@ -91,6 +92,15 @@ drill-ha: setup
 ## plus step 7 (B's link cut mid-lease); prints "SKIPPED: reason" where netns is not allowed
 drill-netns: setup
 	@BIN=$(BIN) CONFIG=$(CONFIG) bash scripts/drill-netns.sh
+
+## make faults (root, Linux): the fault campaign under load, judged by the recorded-history
+## checker, full length (a few minutes): kill -9 of the server, SIGSTOP of the server and of a
+## holder, the data dir on a full tmpfs, ulimit -n 128, idle and slowloris connections, corrupt
+## lane files, hostile input, PostgreSQL replica kill -9 and database restarts; it ends with
+## one markdown row per fault. `make test` runs the same tests shortened (FAULTS_FULL unset).
+faults: setup
+	@sh scripts/ensure-postgres.sh >/dev/null
+	@FAULTS_FULL=1 $(PY) -m tests.faults
 
 check: setup
 	@LANE_COORDINATOR_TOKEN=$${LANE_COORDINATOR_TOKEN:-check-only-token-0123456789abcdefghijkl} \
