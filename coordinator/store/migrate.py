@@ -21,6 +21,11 @@ def migrations() -> list[tuple[int, str, str]]:
     return out
 
 
+def latest_migration() -> int:
+    """The schema version this coordinator's lane files have once migrated."""
+    return migrations()[-1][0]
+
+
 def apply_migrations(db: sqlite3.Connection, lane: str, max_migration: int | None) -> None:
     """Apply every shipped migration not yet applied (up to `max_migration`, for tests) and
     record the lane's name, in one transaction."""

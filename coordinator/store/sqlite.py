@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Sequence
@@ -42,7 +43,7 @@ from coordinator.store.files import (
     remove_lane_file,
     temp_lane_path,
 )
-from coordinator.store.migrate import apply_migrations
+from coordinator.store.migrate import apply_migrations, latest_migration
 from coordinator.store.rows import (
     ENDED,
     PAUSE_COLUMNS,
@@ -63,6 +64,22 @@ from coordinator.store.sqlite_writes import SqliteTransaction
 CACHED_STATEMENTS = 48
 
 
+def _disk_full(path: Path) -> bool:
+    try:
+        return os.statvfs(path.parent).f_bavail == 0
+    except OSError:
+        return False
+
+
+def _has_wal(path: Path) -> bool:
+    """The lane has changes waiting in its WAL (then the main file alone is not the lane)."""
+    wal = path.with_name(path.name + "-wal")
+    try:
+        return wal.stat().st_size > 0
+    except OSError:
+        return False
+
+
 class SqliteLaneStore(SqliteTransaction):
     """All SQL of a lane. Calls are synchronous; the caller serializes them per lane."""
 
@@ -79,6 +96,7 @@ class SqliteLaneStore(SqliteTransaction):
         self._max_migration = max_migration  # tests: stop at an older schema
         self._busy_timeout_ms = busy_timeout_ms
         self._db: sqlite3.Connection | None = None
+        self._read_only = False  # opened read-only because the disk was full
         self._suspended = False  # opened, then its connection closed: reopened on use
 
     # ---------------------------------------------------------------- lifecycle
@@ -115,7 +133,7 @@ class SqliteLaneStore(SqliteTransaction):
         except OSError as exc:
             raise self._open_error(exc) from exc
         try:
-            self._open_existing()
+            self._open_or_read_only()
         finally:
             # failed: still suspended, so the next call tries again (the actor answers 503)
             self._suspended = self._db is None
@@ -161,7 +179,7 @@ class SqliteLaneStore(SqliteTransaction):
         except (OSError, sqlite3.Error) as exc:
             self.close()
             raise self._open_error(exc) from exc
-        self._open_existing()
+        self._open_or_read_only()
 
     def _open_error(self, exc: BaseException) -> StoreError:
         reason = open_failure_reason(exc)
@@ -182,6 +200,51 @@ class SqliteLaneStore(SqliteTransaction):
             publish_lane_file(tmp, self.path)
         finally:
             remove_lane_file(tmp)
+
+    def _open_or_read_only(self) -> None:
+        """Open the lane for writing; on a full disk, when its file is complete on its own (no
+        WAL content waiting), open it read-only instead: reads are served, writes answer 503
+        (ENOSPC) until space is back — `begin` tries to open it for writing again each time.
+        (SQLite cannot create a cleanly closed lane's -shm file on a full disk.)"""
+        self._read_only = False
+        try:
+            self._open_existing()
+        except StoreError as exc:
+            if not _disk_full(self.path) or _has_wal(self.path):
+                raise
+            exc.reason = "ENOSPC"
+            try:
+                self._open_immutable()
+            except (sqlite3.Error, StoreError):
+                self.close()
+                raise exc from None
+
+    def _open_immutable(self) -> None:
+        db = sqlite3.connect(
+            f"file:{self.path}?mode=ro&immutable=1",
+            uri=True,
+            check_same_thread=False,
+            cached_statements=CACHED_STATEMENTS,
+        )
+        self._db = db
+        db.row_factory = sqlite3.Row
+        if self.schema_version() != latest_migration():
+            raise StoreError(f"lane store for {self.lane}: an older schema (disk full)")
+        self._read_only = True
+
+    def begin(self) -> LaneHead:
+        if self._read_only:  # opened read-only on a full disk: writable again?
+            self.close()
+            try:
+                self._open_or_read_only()
+            finally:
+                if self._db is None:
+                    self._suspended = True  # try again on the next call
+            if self._read_only:
+                raise StoreError(
+                    f"lane store for {self.lane}: the disk is full; reads only", reason="ENOSPC"
+                )
+        return super().begin()
 
     def _open_existing(self) -> None:
         # Several processes opening a new file at once (the client's local queue) can find it

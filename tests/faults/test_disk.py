@@ -255,11 +255,11 @@ def _late_acquire(ledger: Ledger, srv: CoordinatorProcess) -> tuple[int, Any]:
                     strict=True,
                     raises=AssertionError,
                     reason=(
-                        "server: a lane file closed cleanly (no -wal/-shm left) cannot be "
-                        "opened on a full disk — SQLite must create and size its -shm ('disk "
-                        "I/O error', logged as reason OperationalError, not ENOSPC) — so "
-                        "status and history answer 503 until space is freed "
-                        "(coordinator/store/sqlite.py _open_once; files.open_failure_reason)"
+                        "server: a lane file closed cleanly (no -wal/-shm left) now opens "
+                        "read-only on a full disk (coordinator/store/sqlite.py "
+                        "_open_or_read_only), but a read whose job also has a change to "
+                        "write (the lane catching up with time) answers 503 until space is "
+                        "freed: reads should be answered from memory when the commit fails"
                     ),
                 ),
             ],
