@@ -99,6 +99,7 @@ class SqliteTransaction:
     _txn_counters: Counters | None = None
     _txn_version: int | None = None
     _nowait: sqlite3.Connection | None = None  # busy_timeout 0 there (`prepare_group`)
+    _read_only = False  # SqliteLaneStore: opened read-only on a full disk (`begin` reopens)
 
     @property
     def _conn(self) -> sqlite3.Connection:
@@ -163,9 +164,14 @@ class SqliteTransaction:
     def commit_group(
         self, version: int, changes: Sequence[Change], next_deadline: float | None, last_now: float
     ) -> tuple[bool, int]:
-        """begin, apply and finish on a store thread, in the fewest statements. (True, the
-        new version), or (False, the version found) when the lane is not at `version`
-        (another writer): then nothing was written."""
+        """begin, apply and finish on a store thread (the fallback of `prepare_group`).
+        `begin` waits for another process's lock, and reopens a lane opened read-only on a
+        full disk (SqliteLaneStore.begin). (True, the new version), or (False, the version
+        found) when the lane is not at `version` (another writer): then nothing was written."""
+        head = self.begin()
+        if head.version != version:
+            self.abort()
+            return False, head.version
         prepared = self._prepare(self._conn, version, changes, next_deadline, last_now)
         if prepared[0]:
             self.commit_prepared(prepared[1])
@@ -178,10 +184,10 @@ class SqliteTransaction:
         busy_timeout is 0 from its first prepared group on, until a store-thread transaction
         sets it back), the head, the changes; `commit_prepared` (on a store thread) COMMITs
         them. None when it cannot be done here — the connection is closed (reopening it is
-        file I/O) or another process holds the lane's write lock: nothing was started;
-        `commit_group` on a store thread."""
+        file I/O), it was opened read-only (a full disk), or another process holds the
+        lane's write lock: nothing was started; `commit_group` on a store thread."""
         db = self._db
-        if db is None or db.in_transaction:
+        if db is None or db.in_transaction or self._read_only:
             return None
         if self._nowait is not db:  # once per connection: toggling it costs every statement
             db.execute("PRAGMA busy_timeout = 0")
@@ -190,7 +196,7 @@ class SqliteTransaction:
             db.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError:
             return None  # locked (by another process): wait for it on a store thread
-        return self._prepare(db, version, changes, next_deadline, last_now, begun=True)
+        return self._prepare(db, version, changes, next_deadline, last_now)
 
     def commit_prepared(self, version: int) -> int:
         """COMMIT what `prepare_group` wrote (on a store thread: the WAL's write and fsync);
@@ -212,17 +218,8 @@ class SqliteTransaction:
         changes: Sequence[Change],
         next_deadline: float | None,
         last_now: float,
-        *,
-        begun: bool = False,
     ) -> tuple[bool, int]:
-        if not begun:
-            if db.in_transaction:
-                raise StoreError(f"lane store for {self.lane}: a transaction is already open")
-            self._wait_for_locks(db)
-            try:
-                db.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise StoreError(f"lane store for {self.lane} is busy") from exc
+        """Inside a transaction just begun: the head (only if at `version`), the changes."""
         try:
             if not self._raise_head(db, version, next_deadline, last_now):
                 found = self._head().version

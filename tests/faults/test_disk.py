@@ -249,20 +249,7 @@ def _late_acquire(ledger: Ledger, srv: CoordinatorProcess) -> tuple[int, Any]:
         ),
         pytest.param(
             "sigterm",
-            marks=[
-                pytest.mark.fault("(d3) startup on a full disk after a clean stop: reads served"),
-                pytest.mark.xfail(
-                    strict=True,
-                    raises=AssertionError,
-                    reason=(
-                        "server: a lane file closed cleanly (no -wal/-shm left) now opens "
-                        "read-only on a full disk (coordinator/store/sqlite.py "
-                        "_open_or_read_only), but a read whose job also has a change to "
-                        "write (the lane catching up with time) answers 503 until space is "
-                        "freed: reads should be answered from memory when the commit fails"
-                    ),
-                ),
-            ],
+            marks=pytest.mark.fault("(d3) startup on a full disk after a clean stop: reads served"),
         ),
     ],
 )
