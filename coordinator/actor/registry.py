@@ -231,22 +231,10 @@ class LaneRegistry:
         self._touched(lane)  # the file opens now: it counts against the budget already
         await self._backpressure()
         store = self.storage.make_store(lane)
-        actor: LaneActor
-        if self.storage.shared:
-            actor = SharedLaneActor(
-                lane,
-                settings,
-                store,
-                self.executor,
-                self.clock,
-                self.metrics,
-                kind=self.kind,
-                txn_slots=self._txn_slots,
-            )
-        else:
-            actor = LaneActor(
-                lane, settings, store, self.executor, self.clock, self.metrics, kind=self.kind
-            )
+        cls = SharedLaneActor if self.storage.shared else LaneActor
+        actor = cls(lane, settings, store, self.executor, self.clock, self.metrics, kind=self.kind)
+        if isinstance(actor, SharedLaneActor):
+            actor.txn_slots = self._txn_slots
         if self._draining:
             actor.drain()
         try:

@@ -15,41 +15,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from concurrent.futures import Executor
 from typing import Any
 
 import structlog
 
 from coordinator.actor.lane_actor import Ctx, Job, LaneActor, _Pending
-from coordinator.clock import Clock
-from coordinator.constants import COORDINATOR_KIND
-from coordinator.engine.model import Change, Effects, LaneSettings
-from coordinator.engine.store import LaneStore, lane_now
+from coordinator.engine.model import Change, Effects
+from coordinator.engine.store import lane_now
 from coordinator.errors import LaneError, Unavailable
-from coordinator.metrics import NULL_METRICS, LaneObserver
 from coordinator.store.files import failure_reason
 
 log = structlog.get_logger("coordinator.actor")
 
 
 class SharedLaneActor(LaneActor):
-    def __init__(
-        self,
-        lane: str,
-        settings: LaneSettings,
-        store: LaneStore,
-        executor: Executor,
-        clock: Clock,
-        metrics: LaneObserver = NULL_METRICS,
-        *,
-        kind: str = COORDINATOR_KIND,
-        txn_slots: asyncio.Semaphore | None = None,
-    ) -> None:
-        super().__init__(lane, settings, store, executor, clock, metrics, kind=kind)
-        self._txn_slots = txn_slots  # bounds the lane transactions open at once
+    txn_slots: asyncio.Semaphore | None = None  # bounds the lane transactions open at once
 
     async def _run_batch(self, batch: list[tuple[Job, asyncio.Future[Any]]]) -> None:
-        slots = self._txn_slots
+        slots = self.txn_slots
         if slots is None:
             await self._locked_txn(batch)
             return
