@@ -6,7 +6,7 @@ service cluster; `scripts/ensure-postgres.sh` installs Debian's postgresql when 
 missing.
 
 - The server binaries: initdb, pg_ctl and postgres on PATH (symlinks resolved), else the
-  highest /usr/lib/postgresql/N/bin.
+  highest /usr/lib/postgresql/N/bin (scripts/pg_bin.py, shared with the tests' cluster).
 - initdb and the server refuse to run as root: as root every server-side command runs as the
   `postgres` OS user (`runuser -u postgres --`), the cluster folder is chowned to it, and
   every folder above it must let that user through (`o+x`): folders below the current
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pwd
 import secrets
 import shutil
 import socket
@@ -36,47 +35,23 @@ import stat
 import subprocess
 from pathlib import Path
 
-SUPERUSER = "postgres"  # the database superuser, and the OS user the server runs as when root
-HOST = "127.0.0.1"
-START_TIMEOUT = 60  # seconds, pg_ctl -t
-SERVER_TOOLS = ("initdb", "pg_ctl", "postgres")
-SETTINGS_FILE = "lane-ha.conf"
-ENSURE_HINT = (
-    "run `sh scripts/ensure-postgres.sh` (as root it installs Debian's postgresql), "
-    "or put initdb, pg_ctl and postgres on PATH"
+from pg_bin import (
+    HOST,
+    SERVER_TOOLS,
+    SUPERUSER,
+    clean_env,
+    find_bin_dir,
+    free_port,
+    psql_path,
+    run_as,
 )
+
+START_TIMEOUT = 60  # seconds, pg_ctl -t
+SETTINGS_FILE = "lane-ha.conf"
 
 
 class LocalPostgresError(RuntimeError):
     """The cluster cannot be set up or started; the message says why and what to do."""
-
-
-def find_bin_dir() -> Path:
-    """The dir holding initdb, pg_ctl and postgres (see the module docstring)."""
-    candidates: list[Path] = []
-    on_path = shutil.which("initdb")
-    if on_path is not None:
-        candidates += [Path(os.path.realpath(on_path)).parent, Path(on_path).parent]
-
-    def version(d: Path) -> tuple[int, ...]:
-        parts = d.parent.name.split(".")
-        return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else (-1,)
-
-    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=version, reverse=True)
-    for d in candidates:
-        if all(os.access(d / tool, os.X_OK) for tool in SERVER_TOOLS):
-            return d
-    raise LocalPostgresError(
-        f"no PostgreSQL server binaries ({', '.join(SERVER_TOOLS)}): " + ENSURE_HINT
-    )
-
-
-def free_port() -> int:
-    """A loopback port free right now (bound, then closed)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def port_is_free(port: int) -> bool:
@@ -104,13 +79,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _clean_env() -> dict[str, str]:
-    """No PG* variables (PGDATA, PGPORT, PGHOST... would redirect the tools), the C locale."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    env["LC_ALL"] = "C"
-    return env
-
-
 class LocalPostgres:
     """The cluster in `root` (data in root/data, log in root/postgres.log); passwords in
     `pgpass`. `start()` returns the application's DSN; `stop()` is a fast shutdown."""
@@ -130,18 +98,8 @@ class LocalPostgres:
         self.data_dir = self.root / "data"
         self.log_file = self.root / "postgres.log"
         self.port = 0
-        self.bin_dir = find_bin_dir()
-        self._run_as: list[str] = []
-        self._owner: pwd.struct_passwd | None = None
-        if os.geteuid() == 0:
-            try:
-                self._owner = pwd.getpwnam(SUPERUSER)
-            except KeyError:
-                raise LocalPostgresError(
-                    "initdb refuses to run as root and there is no `postgres` OS user to run "
-                    "it as: " + ENSURE_HINT
-                ) from None
-            self._run_as = [shutil.which("runuser") or "/usr/sbin/runuser", "-u", SUPERUSER, "--"]
+        self.bin_dir = find_bin_dir(LocalPostgresError)
+        self._run_as, self._owner = run_as(LocalPostgresError)
 
     # ------------------------------------------------------------------ URLs and clients
 
@@ -152,7 +110,7 @@ class LocalPostgres:
 
     def client_env(self) -> dict[str, str]:
         """The environment for libpq clients (psql, `lane-coordinator`): PGPASSFILE set."""
-        env = _clean_env()
+        env = clean_env()
         env["PGPASSFILE"] = str(self.pgpass)
         return env
 
@@ -322,17 +280,14 @@ class LocalPostgres:
 
     def psql(self, sql: str, database: str = "postgres") -> str:
         """`sql` as the superuser over TCP (the statement on stdin); its unaligned output."""
-        psql = self.bin_dir / "psql"
-        exe = str(psql) if os.access(psql, os.X_OK) else shutil.which("psql")
-        if exe is None:
-            raise LocalPostgresError(f"no psql in {self.bin_dir} nor on PATH: " + ENSURE_HINT)
+        exe = psql_path(self.bin_dir, LocalPostgresError)
         cmd = [exe, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-w"]
         cmd += ["-h", HOST, "-p", str(self.port), "-U", SUPERUSER, "-d", database, "-f", "-"]
         return self._run(cmd, self.client_env(), sql).stdout
 
     def _server_cmd(self, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
         """A server-side tool from bin_dir, as the `postgres` OS user when we are root."""
-        return self._run([*self._run_as, str(self.bin_dir / tool), *args], _clean_env())
+        return self._run([*self._run_as, str(self.bin_dir / tool), *args], clean_env())
 
     def _run(
         self, cmd: list[str], env: dict[str, str], stdin: str | None = None

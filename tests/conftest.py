@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import signal
 import socket
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
@@ -27,7 +28,9 @@ import pytest
 from coordinator.clock import Clock
 from coordinator.config import Config
 from tests.harness import (
+    CoordinatorProcess,
     Running,
+    StartCoordinator,
     StartServer,
     TestManualClock,
     TestSystemClock,
@@ -80,6 +83,25 @@ async def server(start_server: StartServer) -> Running:
 async def real_server(start_server: StartServer) -> Running:
     """The real server with the system clock (for latency measurements)."""
     return await start_server(clock=TestSystemClock())
+
+
+@pytest.fixture
+def start_coordinator() -> Iterator[StartCoordinator]:
+    """`start_coordinator(data_dir, **kwargs)`: the real `lane-coordinator serve` as a
+    subprocess (a `CoordinatorProcess`), killed at teardown (a stopped process is continued
+    first, so nothing is left frozen)."""
+    started: list[CoordinatorProcess] = []
+
+    def start(data_dir: Path, **kwargs: Any) -> CoordinatorProcess:
+        srv = CoordinatorProcess(data_dir, **kwargs)
+        started.append(srv)
+        return srv
+
+    yield start
+    for srv in started:
+        if srv.proc.poll() is None:
+            srv.signal(signal.SIGCONT)
+            srv.kill()
 
 
 @pytest.fixture

@@ -1,13 +1,14 @@
 """Replicas under faults, judged by the recorded-history checker (tests/harness/history.py).
 
 Two real `lane-coordinator serve --store URL` replicas share one fresh PostgreSQL database
-(`pg_dsn`), one token file and the default test config. Eight client tasks (raw aiohttp, so
-every attempt and every 2xx reply lands in the ledger exactly as it happened) cycle on three
-lanes — `solo:fo-a` (capacity 1, three clients), `solo:fo-b` (capacity 1, two), `duo:fo-a`
-(capacity 2, three): acquire, await until held, heartbeat, release. Each call starts on the
-replica after the one the client's previous call started on, and moves to the other replica
-on a refused or dropped connection, a timeout or a 503, retrying the same body (every
-mutation is idempotent: acquire by identity and claim, the rest by ticket).
+(`pg_dsn`), one token file and the default test config. Eight client tasks
+(tests/harness/load.py: raw aiohttp, so every attempt and every 2xx reply lands in the ledger
+exactly as it happened) cycle on three lanes — `solo:fo-a` (capacity 1, three clients),
+`solo:fo-b` (capacity 1, two), `duo:fo-a` (capacity 2, three): acquire, await until held,
+heartbeat, release. Each call starts on the replica after the one the client's previous call
+started on, and moves to the other replica on a refused or dropped connection, a timeout or
+a 503, retrying the same body (every mutation is idempotent: acquire by identity and claim,
+the rest by ticket). Any other answer, and a lease lost, is a client problem: the test fails.
 
 - kill -9 of one replica at a random moment: the clients carry on with the survivor; then
   the checker, over the survivor's status and history of every lane: nothing acknowledged
@@ -27,28 +28,26 @@ makes the outage a harsher one (an immediate shutdown, a crash of the postmaster
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
 
 from tests.harness import CoordinatorProcess, cli, make_config
 from tests.harness.config import write_token_file
-from tests.harness.history import Ledger, Report, check, read_views
+from tests.harness.history import Ledger, Report
+from tests.harness.load import Load, Settings, Target
 from tests.harness.postgres import PostgresCluster
 
 CLIENT_LANES = ["solo:fo-a"] * 3 + ["solo:fo-b"] * 2 + ["duo:fo-a"] * 3
-OP_DEADLINE = 25.0  # seconds one call may keep retrying (an outage lasts a few)
-CALL_TIMEOUT = 5.0  # one attempt, await's own wait added
-AWAIT_SECONDS = 2
-BACKOFF_MAX = 0.4
+# each call may keep retrying for 25 s (an outage lasts a few); 5 s an attempt, await's own
+# wait added; 2 s awaits; a backoff up to 0.4 s; holds of 10 to 80 ms
+SETTINGS = Settings(op_deadline=25.0)
 RUN_AFTER_FAULT = 4.0  # seconds of load after the kill / after PostgreSQL is back
 
 
@@ -89,123 +88,16 @@ def replicas(pg_dsn: str, tmp_path: Path) -> Iterator[list[CoordinatorProcess]]:
 # ---------------------------------------------------------------- clients
 
 
-class Client:
-    """One driver: cycles on its lane through both replicas, every attempt in the ledger."""
-
-    def __init__(
-        self,
-        n: int,
-        lane: str,
-        urls: list[str],
-        token: str,
-        ledger: Ledger,
-        session: aiohttp.ClientSession,
-        rng: random.Random,
-    ) -> None:
-        self.name = f"c{n}"
-        self.n = n
-        self.lane = lane
-        self.urls = urls
-        self.token = token
-        self.ledger = ledger
-        self.session = session
-        self.rng = rng
-        self.turn = n  # which replica the next call starts on
-        self.cycles = 0
-        self.problems: list[str] = []
-        self.base = {"lane": lane, "machineId": f"m{n}", "claimId": f"claim-{n}"}
-
-    async def call(self, op: str, extra: dict[str, Any], wait: float = 0) -> dict[str, Any]:
-        body = {"protocolVersion": 1, **self.base, **extra}
-        idx, self.turn = self.turn, self.turn + 1
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + OP_DEADLINE
-        headers = {"Authorization": f"Bearer {self.token}"}
-        timeout = aiohttp.ClientTimeout(total=CALL_TIMEOUT + wait)
-        for attempt in range(1, 10_000):
-            url = self.urls[idx % len(self.urls)]
-            entry = self.ledger.sent(self.name, op, self.lane, body, target=url)
-            try:
-                async with self.session.post(
-                    f"{url}/v1/lanes/{op}", json=body, headers=headers, timeout=timeout
-                ) as resp:
-                    raw = await resp.read()
-                    status = resp.status
-            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-                self.ledger.failed(entry, type(exc).__name__)
-            else:
-                try:
-                    data: Any = json.loads(raw)
-                except ValueError:
-                    data = raw.decode(errors="replace")
-                self.ledger.replied(entry, status, data)
-                if 200 <= status < 300 and isinstance(data, dict):
-                    return data
-                if status != 503:
-                    raise AssertionError(f"{self.name} {op} via {url}: {status} {data}")
-            if loop.time() > deadline:
-                raise AssertionError(f"{self.name} {op}: no answer within {OP_DEADLINE} s")
-            idx += 1  # the other replica
-            pause = min(BACKOFF_MAX, 0.02 * 2**attempt)
-            await asyncio.sleep(pause * self.rng.uniform(0.5, 1.0))
-        raise AssertionError("unreachable")
-
-    async def cycle(self) -> None:
-        identity = {"project": f"p{self.n % 3}", "scene": f"{self.n}-{self.cycles}"}
-        reply = await self.call("acquire", {**identity, "promptHash": "h"})
-        ticket = reply["ticket"]
-        tid = ticket["ticketId"]
-        while ticket["state"] == "queued":
-            extra = {"ticketId": tid, "waitSeconds": AWAIT_SECONDS}
-            ticket = (await self.call("await", extra, wait=AWAIT_SECONDS))["ticket"]
-        if ticket["state"] != "held":
-            self.problems.append(f"{self.name}: {tid} became {ticket['state']} while waiting")
-            return
-        beat = await self.call("heartbeat", {"ticketId": tid})
-        if not beat["refreshed"]:
-            self.problems.append(f"{self.name}: heartbeat of held {tid}: {beat}")
-        await asyncio.sleep(self.rng.uniform(0.01, 0.08))
-        rel = await self.call("release", {"ticketId": tid, "outcome": "completed"})
-        if not rel["released"] and rel["reason"] != "already-done":
-            self.problems.append(f"{self.name}: release of {tid}: {rel}")
-        self.cycles += 1
-
-    async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            await self.cycle()
+def _load(replicas: list[CoordinatorProcess], seed: int) -> Load:
+    """The eight clients on both replicas (tests/harness/load.py), until `_finish`."""
+    target = Target([r.url for r in replicas], replicas[0].token)
+    return Load(target, [[lane] for lane in CLIENT_LANES], SETTINGS, seed=seed)
 
 
-class Load:
-    """Eight clients on the replicas until `stop`."""
-
-    def __init__(self, urls: list[str], token: str, seed: int) -> None:
-        self.ledger = Ledger()
-        self.urls = urls
-        self.token = token
-        self.rng = random.Random(seed)
-        self.stop = asyncio.Event()
-        self.session = aiohttp.ClientSession()
-        self.clients = [
-            Client(n, lane, urls, token, self.ledger, self.session, random.Random(seed + n))
-            for n, lane in enumerate(CLIENT_LANES)
-        ]
-        self.tasks = [asyncio.create_task(c.run(self.stop), name=c.name) for c in self.clients]
-
-    async def finish(self, timeout: float = 2 * OP_DEADLINE) -> None:
-        self.stop.set()
-        try:
-            await asyncio.wait_for(asyncio.gather(*self.tasks), timeout)
-        finally:
-            for t in self.tasks:
-                t.cancel()
-            await asyncio.gather(*self.tasks, return_exceptions=True)
-            await self.session.close()
-        problems = [p for c in self.clients for p in c.problems]
-        assert not problems, problems
-
-    async def verify(self, url: str) -> Report:
-        views = await read_views(url, self.token, set(CLIENT_LANES))
-        return check(self.ledger, views)
+async def _finish(load: Load) -> None:
+    late = await load.finish(timeout=2 * SETTINGS.op_deadline)
+    assert not late, f"clients still running {2 * SETTINGS.op_deadline:g} s after the stop: {late}"
+    assert not load.problems, load.problems
 
 
 def _stop_postgres(postgres: PostgresCluster) -> None:
@@ -250,7 +142,7 @@ def _assert_clean(report: Report, replicas: list[CoordinatorProcess]) -> None:
 async def test_kill9_of_one_replica_loses_nothing(replicas: list[CoordinatorProcess]) -> None:
     seed = _seed()
     rng = random.Random(seed)
-    load = Load([r.url for r in replicas], replicas[0].token, seed)
+    load = _load(replicas, seed)
     started = load.ledger.mark("start")
     try:
         await asyncio.sleep(rng.uniform(1.5, 3.5))
@@ -261,10 +153,10 @@ async def test_kill9_of_one_replica_loses_nothing(replicas: list[CoordinatorProc
         killed = load.ledger.mark("kill")
         await asyncio.sleep(RUN_AFTER_FAULT)
     finally:
-        await load.finish()
+        await _finish(load)
     report = await load.verify(survivor.url)
     after = load.ledger.acknowledged_after(killed)
-    cycles = sum(c.cycles for c in load.clients)
+    cycles = load.cycles
     survivor_503 = sum(
         1 for e in load.ledger.snapshot() if e.target == survivor.url and e.status == 503
     )
@@ -290,7 +182,7 @@ async def test_postgres_restart_under_load(
     seed = _seed()
     rng = random.Random(seed)
     urls = [r.url for r in replicas]
-    load = Load(urls, replicas[0].token, seed)
+    load = _load(replicas, seed)
     ready_503: dict[str, int] = {}
     try:
         await asyncio.sleep(rng.uniform(1.5, 2.5))
@@ -313,7 +205,7 @@ async def test_postgres_restart_under_load(
     finally:
         if not postgres.running():
             postgres.start()
-        await load.finish()
+        await _finish(load)
     report = await load.verify(urls[0])
     refused = load.ledger.unavailable_between(down, up)
     after = load.ledger.acknowledged_after(up)

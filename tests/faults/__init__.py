@@ -7,8 +7,9 @@ hit it, judged afterwards by the recorded-history checker (tests/harness/history
   on a full disk; test_resources.py: (e) ulimit -n 128, (f) idle and slowloris connections;
   test_corrupt.py: (g) corrupt lane files; test_hostile.py: (h) hostile bodies and headers;
   test_postgres.py: (i) PostgreSQL replica kill -9 and database restarts.
-- load.py: the eight clients; worker.py: a client in its own process (to SIGSTOP it);
-  disk.py: the small disk; table.py: the rows; __main__.py: `make faults`.
+- load.py: the eight clients (the client loop is tests/harness/load.py); worker.py: a client
+  in its own process (to SIGSTOP it); disk.py: the small disk; table.py: the rows;
+  __main__.py: `make faults`.
 
 FAULTS_FULL=1 for the full run (`make faults`), FAULTS_SEED=<n> to replay a run's choices.
 """

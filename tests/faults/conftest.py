@@ -9,15 +9,12 @@ is its row's name.
 from __future__ import annotations
 
 import os
-import signal
-from collections.abc import Callable, Generator, Iterator
-from pathlib import Path
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
 
 from tests.faults.table import RESULTS_ENV, ROWS, Row, keep, render
-from tests.harness import CoordinatorProcess
 
 _REPORT = pytest.StashKey[pytest.TestReport]()
 
@@ -62,24 +59,3 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if ROWS and not os.environ.get(RESULTS_ENV):  # `make faults` prints it itself
         terminalreporter.write_sep("=", "fault campaign")
         terminalreporter.write_line(render(ROWS))
-
-
-StartCoordinator = Callable[..., CoordinatorProcess]
-
-
-@pytest.fixture
-def start_coordinator() -> Iterator[StartCoordinator]:
-    """`start_coordinator(data_dir, **kwargs)`: a `CoordinatorProcess`, killed at teardown
-    (a stopped process is continued first, so nothing is left frozen)."""
-    started: list[CoordinatorProcess] = []
-
-    def start(data_dir: Path, **kwargs: Any) -> CoordinatorProcess:
-        srv = CoordinatorProcess(data_dir, **kwargs)
-        started.append(srv)
-        return srv
-
-    yield start
-    for srv in started:
-        if srv.proc.poll() is None:
-            srv.signal(signal.SIGCONT)
-            srv.kill()

@@ -10,9 +10,9 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from tests.faults.load import Load
 from tests.harness import CoordinatorProcess
 from tests.harness.history import Report
+from tests.harness.load import Load
 
 T = TypeVar("T")
 

@@ -18,11 +18,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.faults.conftest import StartCoordinator
 from tests.faults.kit import assert_clean, assert_no_traceback, pick, readyz, seed
-from tests.faults.load import Load, Target
+from tests.faults.load import base_load
 from tests.faults.table import Row
-from tests.harness import make_config
+from tests.harness import StartCoordinator, make_config
+from tests.harness.load import Target
 
 BROKEN = {"solo:broken": "solo+broken.sqlite", "duo:junk": "duo+junk.sqlite"}
 
@@ -67,7 +67,7 @@ async def test_corrupt_lane_files(
     (data / BROKEN["solo:broken"]).write_bytes(junk["solo:broken"])
     servers = [start_coordinator(data, config=make_config())]
     target = Target([servers[0].url], servers[0].token)
-    load = Load.base(target, seed=s)
+    load = base_load(target, seed=s)
     hammered = ["solo:broken"]
     stop = asyncio.Event()
     hammer = asyncio.create_task(_hammer(target, hammered, stop))

@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 
-from tests.faults.conftest import StartCoordinator
 from tests.faults.kit import assert_clean, assert_no_traceback, pick, readyz, seed
-from tests.faults.load import Load, Settings, Target
+from tests.faults.load import base_load
 from tests.faults.table import Row
-from tests.harness import REPO, LineProcess, make_config
+from tests.harness import REPO, LineProcess, StartCoordinator, make_config
 from tests.harness.history import Ledger
+from tests.harness.load import Settings, Target
 
 LEASE = 15.0  # the protocol's minimum lease
 FREEZE = LEASE + 2.5  # a freeze longer than a lease
@@ -47,7 +47,7 @@ async def test_kill9_under_load(
     data = tmp_path / "data"
     servers = [start_coordinator(data, config=make_config())]
     target = Target([servers[0].url], servers[0].token)
-    load = Load.base(target, seed=s)
+    load = base_load(target, seed=s)
     restarts: list[float] = []
     progress: list[int] = []
     try:
@@ -90,7 +90,7 @@ async def test_server_frozen_longer_than_a_lease(
     rng = random.Random(s)
     srv = start_coordinator(tmp_path / "data", config=make_config())
     target = Target([srv.url], srv.token)
-    load = Load.base(target, Settings(lease_seconds=LEASE), seed=s)
+    load = base_load(target, Settings(lease_seconds=LEASE), seed=s)
     after: list[int] = []
     try:
         for _ in range(rounds):
@@ -179,7 +179,7 @@ async def test_frozen_holder_loses_its_lease(
     s = seed()
     srv = start_coordinator(tmp_path / "data", config=make_config())
     target = Target([srv.url], srv.token)
-    load = Load.base(target, seed=s)
+    load = base_load(target, seed=s)
     lane = "solo:fa"  # three load clients wait there while the victim holds
     worker = LineProcess(
         [sys.executable, "-m", "tests.faults.worker", srv.url, srv.token, lane, "victim",

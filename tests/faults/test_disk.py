@@ -21,13 +21,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.faults.conftest import StartCoordinator
 from tests.faults.disk import SmallDisk
 from tests.faults.kit import assert_clean, assert_no_traceback, pick, readyz, seed
-from tests.faults.load import Load, Settings, Target
+from tests.faults.load import base_load
 from tests.faults.table import Row
-from tests.harness import CoordinatorProcess, make_config, write_config
+from tests.harness import CoordinatorProcess, StartCoordinator, make_config, write_config
 from tests.harness.history import Ledger, check, read_views
+from tests.harness.load import Settings, Target
 
 DISK_SIZE = "64m"  # room for the lanes' WALs (up to 4 MB each before a checkpoint)
 FULL_SECONDS = pick(5.0, 20.0)
@@ -112,7 +112,7 @@ async def test_disk_full_under_load(
     srv = _start(start_coordinator, disk, tmp_path)
     data = disk.inside(disk.mountpoint / "data")
     target = Target([srv.url], srv.token)
-    load = Load.base(target, Settings(op_deadline=FULL_SECONDS + 60), seed=s)
+    load = base_load(target, Settings(op_deadline=FULL_SECONDS + 60), seed=s)
     probes: list[tuple[int | None, Any]] = []
     ready_full: list[tuple[int | None, Any]] = []
     try:
@@ -264,7 +264,7 @@ async def test_startup_on_a_full_disk_serves_reads(
     disk = small_disk(DISK_SIZE)
     first = _start(start_coordinator, disk, tmp_path)
     target = Target([first.url], first.token)
-    load = Load.base(target, seed=s)
+    load = base_load(target, seed=s)
     await asyncio.sleep(2.0)
     await load.finish()
     if stop == "kill9":

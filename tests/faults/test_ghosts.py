@@ -19,10 +19,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.faults.conftest import StartCoordinator
 from tests.faults.kit import assert_no_traceback
 from tests.faults.table import Row
-from tests.harness import make_config
+from tests.harness import StartCoordinator, make_config
 
 LANE = "solo:ghost"
 ABANDONED = 5

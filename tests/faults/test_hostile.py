@@ -25,11 +25,11 @@ from typing import Any
 
 import pytest
 
-from tests.faults.conftest import StartCoordinator
 from tests.faults.kit import assert_clean, assert_no_traceback, pick, seed
-from tests.faults.load import Load, Target
+from tests.faults.load import base_load
 from tests.faults.table import Row
-from tests.harness import make_config
+from tests.harness import StartCoordinator, make_config
+from tests.harness.load import Target
 
 MARKER = "HOSTILE" + secrets.token_hex(6)  # in every hostile request; echoed nowhere
 # A 404 never names the request path (test_404_and_405_echo_no_request_bytes, below)
@@ -210,7 +210,7 @@ async def test_hostile_input_under_load(
     target = Target([srv.url], srv.token)
     catalogue = hostile_requests(srv.token)
     rounds = pick(2, 10)
-    load = Load.base(target, seed=s)
+    load = base_load(target, seed=s)
     answers: list[tuple[Hostile, int | None, bytes]] = []
     try:
         await asyncio.sleep(1.0)

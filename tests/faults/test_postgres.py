@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.conftest import StartCoordinator
 from tests.faults.kit import assert_clean, assert_no_traceback, pick, readyz, seed
-from tests.faults.load import Load, Settings, Target
+from tests.faults.load import base_load
 from tests.faults.table import Row
-from tests.harness import CoordinatorProcess, cli, make_config, write_token_file
+from tests.harness import CoordinatorProcess, StartCoordinator, cli, make_config, write_token_file
+from tests.harness.load import Settings, Target
 from tests.harness.postgres import PostgresCluster
 
 
@@ -45,7 +45,7 @@ async def test_postgres_replicas_under_faults(
     replicas = {"r1": start("r1"), "r2": start("r2")}
     everyone = list(replicas.values())
     target = Target([r.url for r in replicas.values()], everyone[0].token)
-    load = Load.base(target, Settings(op_deadline=60.0), seed=s)
+    load = base_load(target, Settings(op_deadline=60.0), seed=s)
     outages: list[str] = []
     stops: list[tuple[str, Callable[[], object]]] = [("fast", lambda: postgres.stop("fast"))]
     harsher: list[tuple[str, Callable[[], object]]] = [

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.conftest import StartCoordinator
 from tests.faults.kit import assert_clean, assert_no_traceback, pick, seed
-from tests.faults.load import BASE_LANES, Load, Settings, Target
+from tests.faults.load import base_load
 from tests.faults.table import Row
-from tests.harness import make_config
+from tests.harness import StartCoordinator, make_config
+from tests.harness.load import Target
 
 # ---------------------------------------------------------------- (e) a low ulimit -n
 
@@ -58,7 +58,7 @@ async def test_low_open_file_limit(
     srv = start_coordinator(tmp_path / "data", config=make_config(), command=low_nofile(NOFILE))
     target = Target([srv.url], srv.token)
     wide = [rng.sample(WIDE_LANES, len(WIDE_LANES)) for _ in range(4)]
-    load = Load(target, [[lane] for lane in BASE_LANES] + wide, Settings(), seed=s)
+    load = base_load(target, seed=s, more=wide)
     held: list[socket.socket] = []
     try:
         await asyncio.sleep(pick(3.0, 10.0))
@@ -200,7 +200,7 @@ async def test_idle_and_slowloris_connections(
     )
     srv = start_coordinator(tmp_path / "data", config=config)
     target = Target([srv.url], srv.token)
-    load = Load.base(target, seed=s)
+    load = base_load(target, seed=s)
     try:
         await asyncio.sleep(2.0)
         attack = load.ledger.mark("attack")

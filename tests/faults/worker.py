@@ -6,7 +6,7 @@ Each round: acquire (lease 15 s, the minimum) → await until held → heartbeat
 heartbeat → release (`lease-lost` when the heartbeat said `expired`, else `completed`) →
 print `{"ev": "round", ...}` with both replies. Every attempt is printed as a JSON line
 (`sent`, then `replied` or `failed`, times from time.monotonic(), the clock the test's
-ledger uses) for the test to put into its ledger. Retries like tests/faults/load.py: the
+ledger uses) for the test to put into its ledger. Retries like tests/harness/load.py: the
 same body again on a failed connection, a timeout or a 503.
 """
 
@@ -19,6 +19,8 @@ import time
 import urllib.error
 import urllib.request
 from typing import Any
+
+from tests.harness.load import Problem, answer, decode
 
 LEASE = 15
 CALL_TIMEOUT = 5.0
@@ -47,15 +49,14 @@ def call(url: str, token: str, op: str, body: dict[str, Any], wait: float = 0) -
         except OSError as exc:
             emit(ev="failed", seq=seq, error=type(exc).__name__, t=time.monotonic())
         else:
-            try:
-                reply: Any = json.loads(raw)
-            except ValueError:
-                reply = raw.decode(errors="replace")
+            reply = decode(raw)
             emit(ev="replied", seq=seq, status=status, reply=reply, t=time.monotonic())
-            if 200 <= status < 300 and isinstance(reply, dict):
-                return reply
-            if status != 503:
-                raise SystemExit(f"{op}: {status} {reply}")
+            try:
+                got = answer(status, reply, op)
+            except Problem as exc:
+                raise SystemExit(str(exc)) from None
+            if got is not None:
+                return got
         if time.monotonic() > deadline:
             raise SystemExit(f"{op}: no answer within {DEADLINE} s")
         time.sleep(0.2)

@@ -49,7 +49,7 @@ from tests.harness.inproc import (
 )
 from tests.harness.loop import LoopThread
 from tests.harness.net import refused_port, silent_socket
-from tests.harness.subproc import CoordinatorProcess, LineProcess, cli
+from tests.harness.subproc import CoordinatorProcess, LineProcess, StartCoordinator, cli
 
 __all__ = [
     "BIN",
@@ -71,6 +71,7 @@ __all__ = [
     "LoopThread",
     "Reply",
     "Running",
+    "StartCoordinator",
     "StartServer",
     "TestManualClock",
     "TestSystemClock",

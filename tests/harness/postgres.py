@@ -1,10 +1,11 @@
 """A throwaway PostgreSQL cluster for the tests: no Docker, no Debian service cluster.
 
 `PostgresCluster.start_new()` finds the server binaries (`find_bin_dir`: initdb, pg_ctl and
-postgres on PATH, else the highest /usr/lib/postgresql/N/bin; `scripts/ensure-postgres.sh`
-installs Debian's when missing), runs initdb in a fresh temp dir, starts its own postmaster
-with `pg_ctl start -w` on a free loopback port and creates the database `lane_test`:
-`cluster.dsn` is `postgresql://postgres@127.0.0.1:PORT/lane_test`.
+postgres on PATH, else the highest /usr/lib/postgresql/N/bin, the search scripts/pg_bin.py
+does for `make run-ha` too; `scripts/ensure-postgres.sh` installs Debian's when missing),
+runs initdb in a fresh temp dir, starts its own postmaster with `pg_ctl start -w` on a free
+loopback port and creates the database `lane_test`: `cluster.dsn` is
+`postgresql://postgres@127.0.0.1:PORT/lane_test`.
 
 The cluster: superuser `postgres` without a password (trust auth, loopback only:
 listen_addresses='127.0.0.1', the unix socket inside the temp dir), `fsync=off` for test speed
@@ -27,11 +28,9 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import pwd
 import re
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import tempfile
@@ -39,17 +38,13 @@ import time
 from pathlib import Path
 from typing import Literal
 
+from scripts import pg_bin
+from scripts.pg_bin import HOST, SUPERUSER, clean_env, free_port, psql_path, run_as
+
 StopMode = Literal["smart", "fast", "immediate"]
 
-SUPERUSER = "postgres"  # the database superuser, and the OS user the server runs as when root
 DEFAULT_DATABASE = "lane_test"
-HOST = "127.0.0.1"
 START_TIMEOUT = 60  # seconds, pg_ctl -t: generous, the machine is shared
-SERVER_TOOLS = ("initdb", "pg_ctl", "postgres")
-ENSURE_HINT = (
-    "run `sh scripts/ensure-postgres.sh` (as root it installs Debian's postgresql), "
-    "or put initdb, pg_ctl and postgres on PATH"
-)
 _DB_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _SOCKET_PATH_MAX = 107 - len("/.s.PGSQL.65535")  # sun_path, less the socket's file name
 
@@ -62,35 +57,10 @@ class PostgresError(RuntimeError):
     """A PostgreSQL command failed; the message carries its output and the server log's tail."""
 
 
-def _version_key(bin_dir: Path) -> tuple[int, ...]:
-    """/usr/lib/postgresql/15/bin -> (15,); a name that is no version sorts first."""
-    parts = bin_dir.parent.name.split(".")
-    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else (-1,)
-
-
 def find_bin_dir() -> Path:
-    """The dir holding initdb, pg_ctl and postgres: initdb's on PATH (symlinks resolved, as
-    /usr/local/bin/initdb -> /usr/lib/postgresql/15/bin/initdb), else the highest
-    /usr/lib/postgresql/N/bin."""
-    candidates: list[Path] = []
-    on_path = shutil.which("initdb")
-    if on_path is not None:
-        candidates += [Path(os.path.realpath(on_path)).parent, Path(on_path).parent]
-    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=_version_key, reverse=True)
-    for d in candidates:
-        if all(os.access(d / tool, os.X_OK) for tool in SERVER_TOOLS):
-            return d
-    raise PostgresUnavailable(
-        f"no PostgreSQL server binaries ({', '.join(SERVER_TOOLS)}): " + ENSURE_HINT
-    )
-
-
-def free_port() -> int:
-    """A loopback port free right now (bound, then closed)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-    return port
+    """The dir holding initdb, pg_ctl and postgres (scripts/pg_bin.py): initdb's on PATH
+    (symlinks resolved), else the highest /usr/lib/postgresql/N/bin."""
+    return pg_bin.find_bin_dir(PostgresUnavailable)
 
 
 def _alive(pid: int) -> bool:
@@ -148,14 +118,6 @@ def _temp_parent() -> Path:
     return Path("/tmp") if too_long else base
 
 
-def _clean_env() -> dict[str, str]:
-    """The environment for PostgreSQL's tools: no PG* variables (PGDATA, PGPORT, PGHOST...
-    would redirect them), the C locale."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    env["LC_ALL"] = "C"
-    return env
-
-
 class PostgresCluster:
     """One throwaway cluster (see the module docstring). Build it with `start_new()`."""
 
@@ -168,18 +130,7 @@ class PostgresCluster:
         self.port = 0
         self.startup_seconds = 0.0  # initdb + start + create database, as measured
         self.server_version = 0  # server_version_num (150018 for 15.18), read once started
-        self._run_as: list[str] = []
-        owner: pwd.struct_passwd | None = None
-        if os.geteuid() == 0:
-            try:
-                owner = pwd.getpwnam(SUPERUSER)
-            except KeyError:
-                raise PostgresUnavailable(
-                    "initdb refuses to run as root and there is no `postgres` OS user to run "
-                    "it as: " + ENSURE_HINT
-                ) from None
-            runuser = shutil.which("runuser") or "/usr/sbin/runuser"
-            self._run_as = [runuser, "-u", SUPERUSER, "--"]
+        self._run_as, owner = run_as(PostgresUnavailable)
         self.root = Path(tempfile.mkdtemp(prefix="lane-pg-", dir=_temp_parent()))
         if owner is not None:
             os.chown(self.root, owner.pw_uid, owner.pw_gid)
@@ -277,7 +228,7 @@ class PostgresCluster:
             done = subprocess.run(
                 cmd,
                 cwd=self.root,
-                env=_clean_env(),
+                env=clean_env(),
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 text=True,
@@ -295,10 +246,7 @@ class PostgresCluster:
 
     def psql(self, sql: str, database: str | None = None) -> str:
         """Run `sql` with psql (superuser, over TCP) and return its unaligned output."""
-        psql = self.bin_dir / "psql"
-        exe = str(psql) if os.access(psql, os.X_OK) else shutil.which("psql")
-        if exe is None:
-            raise PostgresUnavailable(f"no psql in {self.bin_dir} nor on PATH: " + ENSURE_HINT)
+        exe = psql_path(self.bin_dir, PostgresUnavailable)
         cmd = [exe, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"]
         cmd += ["-h", HOST, "-p", str(self.port), "-U", SUPERUSER]
         cmd += ["-d", database or self.database, "-c", sql]

@@ -288,3 +288,7 @@ class CoordinatorProcess(LineProcess):
 
     def history(self, lane: str, limit: int = 500) -> dict[str, Any]:
         return self.op("history", {"lane": lane, "limit": limit})
+
+
+StartCoordinator = Callable[..., CoordinatorProcess]
+"""`start_coordinator(data_dir, **kwargs)` (the fixture in tests/conftest.py)."""

@@ -26,11 +26,11 @@ import sys
 from pathlib import Path
 
 from coordinator.protocol.names import lane_file_name
-from tests.harness import CoordinatorProcess, make_config
+from tests.harness import CoordinatorProcess, StartCoordinator, make_config
 from tests.harness.history import Ledger, Report, check, read_views
-from tests.powerloss.conftest import StartCoordinator
+from tests.harness.load import Target, spread
 from tests.powerloss.disk import ShimRun
-from tests.powerloss.workload import Load, Target
+from tests.powerloss.workload import start_load
 
 ROUNDS = 9  # power losses in the main test
 CLIENTS = 6
@@ -92,8 +92,8 @@ async def test_every_acknowledged_operation_survives_power_loss(
     run = ShimRun(shim_lib, data, tmp_path / "state")
     ledger = Ledger()
     srv = await _start(start_coordinator, run, data)
-    target = Target(srv.url, srv.token, _round_lanes(0))
-    load = Load(target, CLIENTS, ledger, seed)
+    target = Target([srv.url], srv.token)
+    load = start_load(target, _round_lanes(0), CLIENTS, ledger, seed)
     notes: list[str] = []
     how = "timed"
     try:
@@ -112,19 +112,20 @@ async def test_every_acknowledged_operation_survives_power_loss(
             how = ("timed", "dir", "file")[k % 3]
             if how != "timed":
                 run.arm_crash(how, rng.randint(1, 6) if how == "dir" else rng.randint(1, 400))
-            target.url = srv.url
-            target.lanes = _round_lanes(k)
+            target.urls = [srv.url]
+            load.move(spread(_round_lanes(k), CLIENTS))
         await asyncio.sleep(0.5)
     except BaseException:
         await load.abort()
         raise
-    await load.finish()
+    late = await load.finish(timeout=60.0)
     report = await _verify(srv, ledger)
     srv.kill9()
     leftovers = sorted(p.name for p in data.iterdir() if ".tmp-" in p.name)
     notes.append(f"temporary files left in the data dir: {leftovers}")
     summary = "\n".join([*notes, report.summary(f"power loss x{ROUNDS} (seed {seed})")])
     print(summary)
+    assert late == [], f"clients still running 60 s after the stop: {late}"
     assert load.problems == [], f"{load.problems[:5]}\n{_tail(srv)}"
     assert report.ok, f"{summary}\n{report.explain()}"
     assert report.lost == 0
@@ -143,7 +144,7 @@ async def _control_run(
     """The load for `seconds` on a server on `run`'s disk, then SIGKILL."""
     ledger = Ledger()
     srv = await _start(start, run, run.directory, command=command)
-    load = Load(Target(srv.url, srv.token, lanes), CLIENTS, ledger)
+    load = start_load(Target([srv.url], srv.token), lanes, CLIENTS, ledger)
     try:
         await asyncio.sleep(seconds)
         await asyncio.to_thread(srv.kill9)
