@@ -18,11 +18,6 @@ from coordinator.actor.lane_actor import Ctx, operation_job
 from coordinator.actor.registry import LaneRegistry
 from coordinator.clock import Clock
 from coordinator.constants import (
-    DEFAULT_INCIDENTS_LIMIT,
-    OVERVIEW_DEFAULT_HISTORY,
-    OVERVIEW_DEFAULT_LOG_LIMIT,
-    OVERVIEW_DEFAULT_QUEUED,
-    OVERVIEW_DEFAULT_RECEIPTS,
     OVERVIEW_PROJECTS_LIMIT,
     RECENT_RECEIPTS_LIMIT,
     STATUS_QUEUED_LIMIT,
@@ -63,6 +58,7 @@ from coordinator.engine.views import (
 )
 from coordinator.errors import NotFound, StoreError
 from coordinator.protocol import replies as wire
+from coordinator.protocol.queries import OverviewParams
 
 R = TypeVar("R")
 
@@ -82,7 +78,7 @@ class LaneService:
     # ---------------------------------------------------------------- helpers
 
     def enforced(self, lane: str) -> bool:
-        return self.config.lane_settings(lane) is not None
+        return self.config.capacity(lane) is not None  # lane_settings, unbuilt
 
     async def _job(self, lane: str, job: Any, *, create: bool = False) -> Any:
         actor = await self.registry.get(lane, create=create)
@@ -239,7 +235,7 @@ class LaneService:
         rows.sort(key=lambda r: (r.at, r.id), reverse=True)
         return wire.IncidentsReply(coordinator=self.kind, incidents=rows[:limit])
 
-    async def overview(self, q: OverviewQuery) -> wire.Overview:
+    async def overview(self, q: OverviewParams) -> wire.Overview:
         """Every lane in one bounded read: what the control room's periodic refresh needs.
 
         One job per lane (run concurrently), each reading only bounded rows: the lane's
@@ -281,7 +277,7 @@ class LaneService:
             ),
         )
 
-    async def _overview_lane(self, lane: str, q: OverviewQuery) -> _LaneView:
+    async def _overview_lane(self, lane: str, q: OverviewParams) -> _LaneView:
         in_log = q.lane is None or q.lane == lane
         if not self.enforced(lane):
             return _LaneView(_overview_lane(self._unenforced_status(lane)), [], [])
@@ -356,19 +352,6 @@ def _overview_lane(
         receipt_mismatches=receipt_mismatches or [],
         projects=projects or [],
     )
-
-
-@dataclass(frozen=True)
-class OverviewQuery:
-    """What GET /v1/overview reads; every number is bounded by the HTTP layer."""
-
-    history: int = OVERVIEW_DEFAULT_HISTORY  # render-log rows per lane (timeline)
-    queued: int = OVERVIEW_DEFAULT_QUEUED  # queued tickets listed per lane
-    receipts: int = OVERVIEW_DEFAULT_RECEIPTS  # newest receipts per lane
-    incidents: int = DEFAULT_INCIDENTS_LIMIT  # newest incidents over every lane
-    lane: str | None = None  # the render log's lane; every lane when None
-    project: str | None = None  # the render log's project filter
-    limit: int = OVERVIEW_DEFAULT_LOG_LIMIT  # render-log rows in all
 
 
 @dataclass

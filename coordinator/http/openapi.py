@@ -1,10 +1,10 @@
 """The OpenAPI 3.1 document, generated from the protocol Structs the server speaks.
 
-Request bodies (`coordinator.protocol.requests`) and every reply and error body
-(`coordinator.protocol.replies`) come from `msgspec.json.schema_components`, so the document
-cannot drift from what the server validates and encodes. What is written here by hand is only
-what has no Struct: each route's summary, its query parameters (limits from the protocol's
-constants), and which statuses it can answer. `tests/ops/test_openapi.py` checks the document
+Request bodies (`coordinator.protocol.requests`), the GET reads' query parameters
+(`coordinator.protocol.queries`) and every reply and error body (`coordinator.protocol.replies`)
+come from msgspec's JSON Schema of those Structs, so the document cannot drift from what the
+server validates and encodes. What is written here by hand is only what has no Struct: each
+route's summary and which statuses it can answer. `tests/ops/test_openapi.py` checks the document
 against the router, and `tests/ops/test_schemathesis.py` checks a running server against it.
 
 Print it: `python -m coordinator.http.openapi`.
@@ -22,9 +22,9 @@ from msgspec import UNSET
 from coordinator import __version__
 from coordinator.constants import DEFAULT_MAX_BODY_BYTES, MACHINE_ONLINE_SECONDS, MIN_TOKEN_BYTES
 from coordinator.protocol import constants as C
+from coordinator.protocol import queries as Q
 from coordinator.protocol import replies as wire
 from coordinator.protocol import requests as S
-from coordinator.protocol.names import LANE_PATTERN
 
 REF = "#/components/schemas/{name}"
 BEARER = "bearerAuth"
@@ -117,28 +117,35 @@ def _error_responses(statuses: tuple[int, ...]) -> dict[str, Any]:
     return out
 
 
-def _query(name: str, schema: dict[str, Any], required: bool, description: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": "query",
-        "required": required,
-        "description": description,
-        "schema": schema,
-    }
-
-
-_LANE_QUERY = {"type": "string", "pattern": LANE_PATTERN, "examples": [S.EXAMPLE_LANE]}
-
-
-def _int_query(lo: int, hi: int, default: int) -> dict[str, Any]:
-    return {"type": "integer", "minimum": lo, "maximum": hi, "default": default}
-
-
-def _int_param(name: str, lo: int, hi: int, default: int, description: str) -> dict[str, Any]:
-    """An optional integer query parameter; absent or empty (`name=`) takes its default."""
-    param = _query(name, _int_query(lo, hi, default), False, f"{description} (empty: {default})")
-    param["allowEmptyValue"] = True
-    return param
+def _parameters(params: type[Q.Params]) -> list[dict[str, Any]]:
+    """A GET read's query parameters, from its Struct: each field's schema (its bounds,
+    default, pattern), its description, and whether it is required. A parameter that may be
+    left out is never null: only the value's own schema is kept. An integer given empty
+    (`name=`) takes its default, as `decode_query` reads it."""
+    _, defs = msgspec.json.schema_components([params], ref_template=REF)
+    struct = defs[params.__name__]
+    required = set(struct.get("required", ()))
+    out: list[dict[str, Any]] = []
+    for name, prop in struct["properties"].items():
+        schema = dict(prop)
+        default = schema.pop("default", None)
+        if "anyOf" in schema:
+            [schema] = [dict(s) for s in schema["anyOf"] if s.get("type") != "null"]
+        description = schema.pop("description")
+        if default is not None:
+            schema["default"] = default
+        param = {
+            "name": name,
+            "in": "query",
+            "required": name in required,
+            "description": description,
+            "schema": schema,
+        }
+        if schema["type"] == "integer":
+            param["description"] = f"{description} (empty: {default})"
+            param["allowEmptyValue"] = True
+        out.append(param)
+    return out
 
 
 def _get_routes() -> dict[str, dict[str, Any]]:
@@ -154,16 +161,7 @@ def _get_routes() -> dict[str, dict[str, Any]]:
         },
         "/v1/incidents": {
             "summary": "Incidents, newest first, of one lane or all",
-            "parameters": [
-                _query("lane", _LANE_QUERY, False, "one lane (route:account); all when absent"),
-                _int_param(
-                    "limit",
-                    1,
-                    C.MAX_INCIDENTS_LIMIT,
-                    C.DEFAULT_INCIDENTS_LIMIT,
-                    "at most this many rows",
-                ),
-            ],
+            "parameters": _parameters(Q.IncidentsParams),
             "responses": {
                 "200": _json_reply("the incidents", wire.IncidentsReply),
                 **_error_responses((400, 401, 503)),
@@ -182,12 +180,7 @@ def _get_routes() -> dict[str, dict[str, Any]]:
         },
         "/v1/evidence": {
             "summary": "Coordinator evidence of a lane and job evidence of one ticket",
-            "parameters": [
-                _query("lane", _LANE_QUERY, True, "the lane (route:account)"),
-                _query(
-                    "ticketId", {"type": "string"}, False, "the exact ticket; absent or empty: none"
-                ),
-            ],
+            "parameters": _parameters(Q.EvidenceParams),
             "responses": {
                 "200": _json_reply("the evidence", wire.EvidenceReply),
                 **_error_responses((400, 401, 503)),
@@ -199,51 +192,7 @@ def _get_routes() -> dict[str, dict[str, Any]]:
                 "projects), incidents, machines and the chosen render log: the control "
                 "room's whole refresh, whatever the number of lanes"
             ),
-            "parameters": [
-                _int_param(
-                    "history",
-                    0,
-                    C.OVERVIEW_MAX_HISTORY,
-                    C.OVERVIEW_DEFAULT_HISTORY,
-                    "render-log rows per lane, newest first (the timeline)",
-                ),
-                _int_param(
-                    "queued",
-                    0,
-                    C.STATUS_QUEUED_LIMIT,
-                    C.OVERVIEW_DEFAULT_QUEUED,
-                    "queued tickets listed per lane, in promotion order (queuedTotal counts all)",
-                ),
-                _int_param(
-                    "receipts",
-                    0,
-                    C.RECENT_RECEIPTS_LIMIT,
-                    C.OVERVIEW_DEFAULT_RECEIPTS,
-                    "newest receipts per lane, without payload; receiptMismatches lists "
-                    f"every mismatch among the lane's newest {C.RECENT_RECEIPTS_LIMIT} anyway",
-                ),
-                _int_param(
-                    "incidents",
-                    1,
-                    C.MAX_INCIDENTS_LIMIT,
-                    C.DEFAULT_INCIDENTS_LIMIT,
-                    "incidents of every lane, newest first",
-                ),
-                _query("lane", _LANE_QUERY, False, "the render log's lane; every lane when absent"),
-                _query(
-                    "project",
-                    {"type": "string", "minLength": 1, "maxLength": C.MAX_IDENTITY_CHARS},
-                    False,
-                    "the render log's project filter",
-                ),
-                _int_param(
-                    "limit",
-                    1,
-                    C.OVERVIEW_MAX_LOG_LIMIT,
-                    C.OVERVIEW_DEFAULT_LOG_LIMIT,
-                    "render-log rows in all (log.entries), newest first",
-                ),
-            ],
+            "parameters": _parameters(Q.OverviewParams),
             "responses": {
                 "200": _json_reply("the overview", wire.Overview),
                 **_error_responses((400, 401, 503)),

@@ -8,19 +8,6 @@ from importlib import resources
 from aiohttp import web
 
 from coordinator.clock import Clock
-from coordinator.constants import (
-    DEFAULT_INCIDENTS_LIMIT,
-    MAX_IDENTITY_CHARS,
-    MAX_INCIDENTS_LIMIT,
-    OVERVIEW_DEFAULT_HISTORY,
-    OVERVIEW_DEFAULT_LOG_LIMIT,
-    OVERVIEW_DEFAULT_QUEUED,
-    OVERVIEW_DEFAULT_RECEIPTS,
-    OVERVIEW_MAX_HISTORY,
-    OVERVIEW_MAX_LOG_LIMIT,
-    RECENT_RECEIPTS_LIMIT,
-    STATUS_QUEUED_LIMIT,
-)
 from coordinator.http.middleware import (
     CLOCK_KEY,
     METRICS_KEY,
@@ -31,39 +18,12 @@ from coordinator.http.middleware import (
 )
 from coordinator.http.openapi import openapi_bytes
 from coordinator.metrics import CONTENT_TYPE
+from coordinator.protocol import queries as Q
 from coordinator.protocol import replies as wire
 from coordinator.protocol.errors import (
-    BadRequest,
     NotFound,
     Unavailable,
 )
-from coordinator.protocol.names import parse_lane
-from coordinator.service import OverviewQuery
-
-
-def _query_lane(request: web.Request, required: bool) -> str | None:
-    """`lane=route:account`; absent means every lane where that is allowed. An empty value is
-    not a lane name (400), as the schema says."""
-    lane = request.query.get("lane")
-    if required and not lane:
-        raise BadRequest("lane: required query parameter")
-    if lane is None:
-        return None
-    parse_lane(lane)
-    return lane
-
-
-def _query_int(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
-    raw = request.query.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(f"{name}: must be an integer") from None
-    if not lo <= value <= hi:
-        raise BadRequest(f"{name}: must be between {lo} and {hi}")
-    return value
 
 
 async def list_lanes(request: web.Request) -> web.Response:
@@ -71,9 +31,8 @@ async def list_lanes(request: web.Request) -> web.Response:
 
 
 async def list_incidents(request: web.Request) -> web.Response:
-    lane = _query_lane(request, required=False)
-    limit = _query_int(request, "limit", DEFAULT_INCIDENTS_LIMIT, 1, MAX_INCIDENTS_LIMIT)
-    return json_reply(await request.app[SERVICE_KEY].incidents(lane, limit))
+    q = Q.decode_query(request.query, Q.IncidentsParams)
+    return json_reply(await request.app[SERVICE_KEY].incidents(q.lane, q.limit))
 
 
 async def list_machines(request: web.Request) -> web.Response:
@@ -86,32 +45,15 @@ async def list_machines(request: web.Request) -> web.Response:
 
 async def overview(request: web.Request) -> web.Response:
     """The control room's whole refresh in one bounded read (see LaneService.overview)."""
-    project = request.query.get("project")
-    if project == "":
-        raise BadRequest("project: empty; leave it out for every project")
-    if project is not None and len(project) > MAX_IDENTITY_CHARS:
-        raise BadRequest(f"project: at most {MAX_IDENTITY_CHARS} characters")
-    q = OverviewQuery(
-        history=_query_int(request, "history", OVERVIEW_DEFAULT_HISTORY, 0, OVERVIEW_MAX_HISTORY),
-        queued=_query_int(request, "queued", OVERVIEW_DEFAULT_QUEUED, 0, STATUS_QUEUED_LIMIT),
-        receipts=_query_int(
-            request, "receipts", OVERVIEW_DEFAULT_RECEIPTS, 0, RECENT_RECEIPTS_LIMIT
-        ),
-        incidents=_query_int(request, "incidents", DEFAULT_INCIDENTS_LIMIT, 1, MAX_INCIDENTS_LIMIT),
-        lane=_query_lane(request, required=False),
-        project=project,
-        limit=_query_int(request, "limit", OVERVIEW_DEFAULT_LOG_LIMIT, 1, OVERVIEW_MAX_LOG_LIMIT),
-    )
+    q = Q.decode_query(request.query, Q.OverviewParams)
     reply = await request.app[SERVICE_KEY].overview(q)
     reply.machines = await request.app[PRESENCE_KEY].view(reply.now)
     return json_reply(reply)
 
 
 async def evidence(request: web.Request) -> web.Response:
-    lane = _query_lane(request, required=True)
-    assert lane is not None
-    ticket_id = request.query.get("ticketId") or None
-    return json_reply(await request.app[SERVICE_KEY].evidence(lane, ticket_id))
+    q = Q.decode_query(request.query, Q.EvidenceParams)
+    return json_reply(await request.app[SERVICE_KEY].evidence(q.lane, q.ticket_id))
 
 
 async def dashboard(request: web.Request) -> web.Response:

@@ -4,6 +4,7 @@
 - `names`: lane / route / account / machine name rules and the lane -> file-name mapping.
 - `errors`: the error codes, their HTTP statuses and the `LaneError` hierarchy.
 - `requests`: one Struct per POST body.
+- `queries`: one Struct per GET read's query parameters, and `decode_query`.
 - `replies`: one Struct per reply and per nested object (Ticket, Pause, LaneReply, ...).
 - `receipts`: receipt ids and content hashes (RFC 8785 canonical JSON, sha256).
 

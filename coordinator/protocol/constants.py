@@ -32,12 +32,13 @@ MIN_COOLDOWN_SECONDS: Final = 30.0
 MAX_COOLDOWN_SECONDS: Final = 7200.0
 COOLDOWN_REASONS: Final = ("provider-human-check",)
 
-# Reads
-DEFAULT_HISTORY_LIMIT: Final = 100
+# Reads (counts of rows listed). GET query parameters take their defaults and bounds from
+# here through their Structs (coordinator/protocol/queries.py).
+DEFAULT_HISTORY_LIMIT: Final = 100  # render-log rows (POST history's limit)
 MAX_HISTORY_LIMIT: Final = 5000
 STATUS_QUEUED_LIMIT: Final = 200  # queued tickets listed by status; queuedTotal says how many
-RECENT_RECEIPTS_LIMIT: Final = 50
-DEFAULT_INCIDENTS_LIMIT: Final = 100
+RECENT_RECEIPTS_LIMIT: Final = 50  # receipts
+DEFAULT_INCIDENTS_LIMIT: Final = 100  # incidents (GET /v1/incidents' and overview's limit)
 MAX_INCIDENTS_LIMIT: Final = 1000
 # GET /v1/overview: one bounded read of every lane for the control room's refresh
 OVERVIEW_DEFAULT_HISTORY: Final = 50  # render-log rows per lane (the timeline)

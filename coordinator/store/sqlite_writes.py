@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
@@ -86,9 +87,9 @@ _PRUNE_INCIDENTS = (
 Counters = tuple[int, int]  # (last_fence, next_seq)
 
 
-class SqliteTransaction:
-    """The lane transaction of one lane file (mixed into SqliteLaneStore, which gives the
-    connection, `lane` and `_head`). Calls are serialized per lane by the caller."""
+class SqliteTransaction(ABC):
+    """The lane transaction of one lane file (the base of SqliteLaneStore, which gives the
+    connection (`_conn`), `lane` and `_head`). Calls are serialized per lane by the caller."""
 
     lane: str
     _db: sqlite3.Connection | None
@@ -102,11 +103,13 @@ class SqliteTransaction:
     _read_only = False  # SqliteLaneStore: opened read-only on a full disk (`begin` reopens)
 
     @property
+    @abstractmethod
     def _conn(self) -> sqlite3.Connection:
-        raise NotImplementedError
+        """The lane file's open connection (opened again if it was closed as quiet)."""
 
+    @abstractmethod
     def _head(self) -> LaneHead:
-        raise NotImplementedError
+        """The `lane_head` row (StoreError when the file has none)."""
 
     # ---------------------------------------------------------------- LaneStore
 

@@ -32,6 +32,7 @@ PROTOCOL_MODULES = (
     "coordinator.protocol.lane_replies",
     "coordinator.protocol.names",
     "coordinator.protocol.errors",
+    "coordinator.protocol.queries",
     "coordinator.protocol.replies",
     "coordinator.protocol.requests",
     "coordinator.protocol.receipts",
