@@ -32,8 +32,11 @@ async def listen_forever(
     *,
     health_seconds: float = LISTEN_HEALTH_SECONDS,
     retry_seconds: float = LISTEN_RETRY_SECONDS,
+    ours: Callable[[int], bool] = lambda pid: False,
 ) -> None:
-    """Runs until cancelled."""
+    """Runs until cancelled. A notification `ours` says this replica sent (the server
+    process that sent it is one of its own sessions) is skipped: the commit that sent it
+    already woke this replica's awaits."""
     lost = RateLimitedLog("listen.lost")
     while True:
         conn: psycopg.AsyncConnection[tuple[object, ...]] | None = None
@@ -49,7 +52,8 @@ async def listen_forever(
             on_connected()
             while True:
                 async for note in conn.notifies(timeout=health_seconds):
-                    on_lane(note.payload)
+                    if not ours(note.pid):
+                        on_lane(note.payload)
                 # quiet (or busy) for health_seconds: is the session still there?
                 await asyncio.wait_for(conn.execute("SELECT 1"), timeout=health_seconds)
         except asyncio.CancelledError:

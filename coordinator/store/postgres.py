@@ -33,7 +33,12 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow
 
-from coordinator.constants import ETA_HOLD_SAMPLE_SIZE, STORE_BUSY_TIMEOUT_MS
+from coordinator.constants import (
+    ETA_HOLD_SAMPLE_SIZE,
+    EVIDENCE_RECENT_SECONDS,
+    MACHINES_LISTED_MAX,
+    STORE_BUSY_TIMEOUT_MS,
+)
 from coordinator.engine.model import (
     Change,
     Incident,
@@ -62,14 +67,12 @@ from coordinator.store.postgres_writes import write_changes
 from coordinator.store.rows import (
     ENDED,
     PAUSE_COLUMNS,
-    PG_SEEN_LOAD,
     RECEIPT_COLUMNS,
     TICKET_COLUMNS,
     incident_from_row,
     pause_from_row,
     receipt_from_row,
     seen_from_rows,
-    seen_since,
     ticket_from_row,
 )
 
@@ -87,6 +90,46 @@ __all__ = [
     "redact_dsn",
     "schema_status",
 ]
+
+
+# ---------------------------------------------------------------- the statements
+
+_LOCK_HEAD = "SELECT version, last_now, next_deadline FROM lanes WHERE lane = %s FOR UPDATE"
+# version + 1 (and the lane's deadline and clock); with no lanes row, 1 / 0 fails the
+# transaction, so the COMMIT pipelined after it cannot keep a group without its version.
+_BUMP_VERSION = (
+    "WITH u AS (UPDATE lanes SET version = version + 1, next_deadline = %s, "
+    "last_now = GREATEST(last_now, %s) WHERE lane = %s RETURNING version) "
+    "SELECT (SELECT version FROM u) AS version, 1 / (SELECT count(*) FROM u)::int AS one"
+)
+_LOAD_LIVE = (
+    f"SELECT {TICKET_COLUMNS} FROM tickets "
+    "WHERE lane = %s AND state IN ('queued', 'held') ORDER BY seq"
+)
+# The lanes row, the pause, the counts and the last collision in one statement (a lane
+# without its lanes row yet reads NULLs: the snapshot's defaults).
+_LOAD_HEAD = (
+    "SELECT l.version, l.last_now, l.last_fence, l.next_seq, "
+    f"{', '.join('p.' + c.strip() for c in PAUSE_COLUMNS.split(','))}, "
+    f"(SELECT count(*) FROM tickets WHERE lane = k.lane AND {ENDED}) AS history_count, "
+    "(SELECT count(*) FROM incidents WHERE lane = k.lane) AS incident_count, "
+    "(SELECT detail FROM incidents WHERE lane = k.lane AND kind = %s "
+    "ORDER BY id DESC LIMIT 1) AS collision "
+    "FROM (SELECT %s::text AS lane) k LEFT JOIN lanes l ON l.lane = k.lane "
+    "LEFT JOIN pauses p ON p.lane = k.lane"
+)
+_LOAD_PROJECTS = "SELECT project, last_fence FROM projects WHERE lane = %s"
+_LOAD_HOLDS = (
+    f"SELECT ended_at - held_at AS d FROM tickets WHERE lane = %s AND {ENDED} "
+    "AND held_at IS NOT NULL ORDER BY ended_at DESC, seq DESC LIMIT %s"
+)
+_HISTORY_COUNT = f"SELECT count(*) AS n FROM tickets WHERE lane = %s AND {ENDED}"
+# rows.seen_since, computed from the lanes row in the same statement (no second round trip)
+_LOAD_SEEN = (
+    "SELECT machine_id, last_seen_at FROM machines_seen WHERE lane = %s AND last_seen_at >= "
+    "COALESCE((SELECT last_now FROM lanes WHERE lane = %s), 0.0) - %s "
+    f"ORDER BY last_seen_at DESC LIMIT {MACHINES_LISTED_MAX}"
+)
 
 
 # ---------------------------------------------------------------- the store
@@ -176,21 +219,29 @@ class PostgresLaneStore:
     # ---------------------------------------------------------------- the lane transaction
 
     def begin(self) -> LaneHead:
+        return self.begin_load(load=False)[0]
+
+    def begin_load(self, *, load: bool) -> tuple[LaneHead, LaneSnapshot | None]:
+        """`begin`, in one round trip (BEGIN and the locking SELECT pipelined); with `load`
+        (the caller expects another writer moved the lane on), the lane's whole state is read
+        in the same round trip, under the lock: the snapshot `load` would return next."""
         self._check_open()
         if self._txn is not None:
             raise StoreError(f"lane store for {self.lane}: a transaction is already open")
-        self._txn = db = self._begin_session()
         try:
-            row = self._lock_head(db)
+            db, row, snap = self._begin_session(load)
+            self._txn = db
             if row is None:  # a new lane: create its row (another writer may race us)
                 db.execute(
                     "INSERT INTO lanes (lane) VALUES (%s) ON CONFLICT (lane) DO NOTHING",
                     (self.lane,),
                 )
                 row = self._lock_head(db)
+                snap = None  # read before the row existed: the caller loads if it needs
             if row is None:
                 raise StoreError(f"lane store for {self.lane} has no lanes row")
-            return LaneHead(int(row["version"]), row["last_now"], row["next_deadline"])
+            head = LaneHead(int(row["version"]), row["last_now"], row["next_deadline"])
+            return head, snap
         except psycopg.errors.LockNotAvailable as exc:
             self.abort()
             raise StoreError(f"lane store for {self.lane} is busy") from exc
@@ -201,27 +252,35 @@ class PostgresLaneStore:
             self.abort()
             raise
 
-    def _begin_session(self) -> Conn:
-        """A session with BEGIN sent. A session lost while idle (PostgreSQL restarted) fails
-        at BEGIN, before anything of the lane was sent in it: it is dropped (and the idle
-        sessions with it) and BEGIN is sent once more on a new session."""
+    def _begin_session(self, load: bool) -> tuple[Conn, DictRow | None, LaneSnapshot | None]:
+        """A session with BEGIN sent and the lane's row locked (and read, with `load` the
+        lane too), in one round trip. A session lost while idle (PostgreSQL restarted) fails
+        before anything of the lane was done in it: it is dropped (and the idle sessions with
+        it) and all of it is sent once more on a new session. Any other failure leaves the
+        session as `self._txn` (the caller aborts it)."""
         for attempt in (1, 2):
             db = self._source.get()
             try:
-                db.execute("BEGIN")
-            except psycopg.OperationalError as exc:
-                self._source.put(db, broken=True)
-                if attempt == 2:
-                    raise StoreError(f"lane store for {self.lane} is unavailable") from exc
-                continue
-            return db
+                with db.pipeline():  # its end sends everything, then reads every result
+                    db.execute("BEGIN")
+                    head = db.execute(_LOCK_HEAD, (self.lane,))
+                    reads = self._queue_load(db) if load else None
+                row = head.fetchone()
+                snap = self._snapshot(reads) if reads is not None else None
+            except psycopg.Error:
+                if attempt == 1 and (db.closed or db.broken):
+                    self._source.put(db, broken=True)
+                    continue
+                self._txn = db
+                raise
+            except BaseException:
+                self._txn = db
+                raise
+            return db, row, snap
         raise AssertionError("unreachable")
 
     def _lock_head(self, db: Conn) -> DictRow | None:
-        return db.execute(
-            "SELECT version, last_now, next_deadline FROM lanes WHERE lane = %s FOR UPDATE",
-            (self.lane,),
-        ).fetchone()
+        return db.execute(_LOCK_HEAD, (self.lane,)).fetchone()
 
     def apply(self, changes: Sequence[Change]) -> None:
         db = self._txn
@@ -236,20 +295,32 @@ class PostgresLaneStore:
     def finish(self, next_deadline: float | None, last_now: float, notify: bool = False) -> int:
         """COMMIT; with `notify`, every replica LISTENing hears the lane's name once the
         transaction commits (PostgreSQL sends notifications at COMMIT, never before)."""
+        return self.commit((), next_deadline, last_now, notify)
+
+    def commit(
+        self,
+        changes: Sequence[Change],
+        next_deadline: float | None,
+        last_now: float,
+        notify: bool = False,
+    ) -> int:
+        """`apply` and `finish` in one round trip: the changes, version + 1, the NOTIFY and
+        COMMIT pipelined. A lost lanes row fails the version's statement (a division by
+        zero), so the COMMIT after it rolls back instead: nothing of the group is kept."""
         db = self._txn
         if db is None:
-            raise StoreError(f"lane store for {self.lane}: finish outside a transaction")
+            raise StoreError(f"lane store for {self.lane}: commit outside a transaction")
         try:
-            row = db.execute(
-                "UPDATE lanes SET version = version + 1, next_deadline = %s, "
-                "last_now = GREATEST(last_now, %s) WHERE lane = %s RETURNING version",
-                (next_deadline, last_now, self.lane),
-            ).fetchone()
-            if row is None:
-                raise StoreError(f"lane store for {self.lane} lost its lanes row")
-            if notify:
-                db.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, self.lane))
-            db.execute("COMMIT")
+            with db.pipeline():
+                write_changes(db, self.lane, changes)
+                bumped = db.execute(_BUMP_VERSION, (next_deadline, last_now, self.lane))
+                if notify:
+                    db.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, self.lane))
+                db.execute("COMMIT")
+            row = bumped.fetchone()
+        except psycopg.errors.DivisionByZero as exc:
+            self.abort()
+            raise StoreError(f"lane store for {self.lane} lost its lanes row") from exc
         except psycopg.Error as exc:
             self.abort()
             raise StoreError(f"cannot commit to lane store for {self.lane}") from exc
@@ -258,6 +329,7 @@ class PostgresLaneStore:
             raise
         self._txn = None
         self._source.put(db)
+        assert row is not None
         return int(row["version"])
 
     def abort(self) -> None:
@@ -294,60 +366,57 @@ class PostgresLaneStore:
         db = self._source.get()
         self._txn = db  # one snapshot: every table from the same commit
         try:
-            db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            with db.pipeline():  # BEGIN and the reads in one round trip
+                db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                reads = self._queue_load(db)
+            return self._snapshot(reads)
         except psycopg.Error as exc:
-            self.abort()
             raise StoreError(f"cannot read lane store for {self.lane}") from exc
-        try:
-            return self._load()
         finally:
             self.abort()
 
     def _load(self) -> LaneSnapshot:
+        db = self._txn
+        assert db is not None
+        try:
+            with db.pipeline():
+                reads = self._queue_load(db)
+            return self._snapshot(reads)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot read lane store for {self.lane}") from exc
+
+    def _queue_load(self, db: Conn) -> list[psycopg.Cursor[DictRow]]:
+        """Send every read of the lane's state (inside a pipeline: one round trip)."""
         lane = self.lane
-        snap = LaneSnapshot()
-        snap.live = [
-            ticket_from_row(r, lane)
-            for r in self._read(
-                f"SELECT {TICKET_COLUMNS} FROM tickets "
-                "WHERE lane = %s AND state IN ('queued', 'held') ORDER BY seq",
-                (lane,),
+        return [
+            db.execute(q, args)
+            for q, args in (
+                (_LOAD_LIVE, (lane,)),
+                (_LOAD_HEAD, (IncidentKind.DUPLICATE_COLLISION.value, lane)),
+                (_LOAD_PROJECTS, (lane,)),
+                (_LOAD_HOLDS, (lane, ETA_HOLD_SAMPLE_SIZE)),
+                (_LOAD_SEEN, (lane, lane, EVIDENCE_RECENT_SECONDS)),
             )
         ]
-        head = self._read(
-            "SELECT version, last_now, last_fence, next_seq FROM lanes WHERE lane = %s", (lane,)
-        )
-        if head:
-            h = head[0]
+
+    def _snapshot(self, reads: list[psycopg.Cursor[DictRow]]) -> LaneSnapshot:
+        """The lane's state from the results of `_queue_load`."""
+        lane = self.lane
+        live, head, projects, holds, seen = (c.fetchall() for c in reads)
+        snap = LaneSnapshot()
+        snap.live = [ticket_from_row(r, lane) for r in live]
+        h = head[0]
+        if h["version"] is not None:
             snap.last_fence, snap.next_seq = int(h["last_fence"]), int(h["next_seq"])
             snap.version, snap.last_now = int(h["version"]), h["last_now"]
-        snap.project_served = {
-            r["project"]: int(r["last_fence"])
-            for r in self._read("SELECT project, last_fence FROM projects WHERE lane = %s", (lane,))
-        }
-        rows = self._read(
-            f"SELECT {PAUSE_COLUMNS} FROM pauses WHERE lane = %s",
-            (lane,),
-        )
-        if rows:
-            snap.pause = pause_from_row(rows[0])
-        holds = self._read(
-            f"SELECT ended_at - held_at AS d FROM tickets WHERE lane = %s AND {ENDED} "
-            "AND held_at IS NOT NULL ORDER BY ended_at DESC, seq DESC LIMIT %s",
-            (lane, ETA_HOLD_SAMPLE_SIZE),
-        )
+        if h["reason_code"] is not None:
+            snap.pause = pause_from_row(h)
+        snap.history_count = int(h["history_count"])
+        snap.incident_count = int(h["incident_count"])
+        if h["collision"] is not None:
+            snap.last_collision = json.loads(h["collision"])
+        snap.project_served = {r["project"]: int(r["last_fence"]) for r in projects}
         snap.recent_holds = [max(0.0, float(r["d"])) for r in reversed(holds)]
-        snap.history_count = self.history_count()
-        snap.incident_count = int(
-            self._read("SELECT count(*) AS n FROM incidents WHERE lane = %s", (lane,))[0]["n"]
-        )
-        coll = self._read(
-            "SELECT detail FROM incidents WHERE lane = %s AND kind = %s ORDER BY id DESC LIMIT 1",
-            (lane, IncidentKind.DUPLICATE_COLLISION.value),
-        )
-        if coll:
-            snap.last_collision = json.loads(coll[0]["detail"])
-        seen = self._read(PG_SEEN_LOAD, (lane, seen_since(snap.last_now)))
         snap.machines_seen = seen_from_rows(seen)
         return snap
 
@@ -397,10 +466,7 @@ class PostgresLaneStore:
         return [ticket_from_row(r, self.lane) for r in rows]
 
     def history_count(self) -> int:
-        rows = self._read(
-            f"SELECT count(*) AS n FROM tickets WHERE lane = %s AND {ENDED}", (self.lane,)
-        )
-        return int(rows[0]["n"])
+        return int(self._read(_HISTORY_COUNT, (self.lane,))[0]["n"])
 
     def incidents(self, limit: int) -> list[tuple[int, Incident]]:
         rows = self._read(

@@ -106,6 +106,14 @@ class ConnectionPool:
         self._idle: list[Conn] = []
         self._mutex = threading.Lock()
         self._closed = False
+        # The server-side process of every session open here: a notification one of them
+        # sent is this process's own commit (its actor woke its awaits already).
+        self._backends: dict[int, Conn] = {}
+
+    def sent_by_us(self, backend_pid: int) -> bool:
+        """`backend_pid` (a notification's sender) is a live session of this pool."""
+        conn = self._backends.get(backend_pid)
+        return conn is not None and _usable(conn)
 
     def get(self) -> Conn:
         while True:
@@ -114,10 +122,19 @@ class ConnectionPool:
                     raise StoreError("the PostgreSQL connection pool is closed")
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
-                return connect(self._dsn, lock_timeout_ms=self._lock_timeout_ms)
+                conn = connect(self._dsn, lock_timeout_ms=self._lock_timeout_ms)
+                with self._mutex:
+                    self._backends[conn.info.backend_pid] = conn
+                return conn
             if _usable(conn) and conn.info.transaction_status is TransactionStatus.IDLE:
                 return conn
-            _close_quietly(conn)
+            self._close(conn)
+
+    def _close(self, conn: Conn) -> None:
+        with self._mutex:  # a handful of sessions; a lost one no longer knows its pid
+            for pid in [p for p, c in self._backends.items() if c is conn]:
+                del self._backends[pid]
+        _close_quietly(conn)
 
     def put(self, conn: Conn, *, broken: bool = False) -> None:
         if not broken and _usable(conn) and conn.info.transaction_status is TransactionStatus.IDLE:
@@ -126,21 +143,21 @@ class ConnectionPool:
                     self._idle.append(conn)
                     return
         lost = not _usable(conn)
-        _close_quietly(conn)
+        self._close(conn)
         if lost:
             # A lost session (the server restarted, the network dropped): every idle one
             # shares its fate and would fail its next transaction; open new ones instead.
             with self._mutex:
                 idle, self._idle = self._idle, []
             for other in idle:
-                _close_quietly(other)
+                self._close(other)
 
     def close(self) -> None:
         with self._mutex:
             self._closed = True
             idle, self._idle = self._idle, []
         for conn in idle:
-            _close_quietly(conn)
+            self._close(conn)
 
 
 class SingleConnection:

@@ -92,7 +92,7 @@ class PostgresStorage:
     async def listen(
         self, on_lane: Callable[[str], None], on_connected: Callable[[], None]
     ) -> None:
-        await listen_forever(self.dsn, on_lane, on_connected)
+        await listen_forever(self.dsn, on_lane, on_connected, ours=self.pool.sent_by_us)
 
     @contextlib.contextmanager
     def _session(self, connect_timeout: float) -> Iterator[db.Conn]:

@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.actor.shared_actor import SharedLaneActor
 from coordinator.constants import ALARM_POLL_SECONDS, PARKED_RECHECK_SECONDS
+from coordinator.engine.model import LaneSnapshot
+from coordinator.engine.store import LaneHead
+from coordinator.http.middleware import REGISTRY_KEY
+from coordinator.store.postgres import PostgresLaneStore
 from coordinator.store.postgres_db import migrate
 from tests.harness import Running, TestManualClock, TestSystemClock, make_config, start_running
 
@@ -189,3 +194,46 @@ async def test_a_parked_await_woken_by_another_change_keeps_waiting(
     )
     woke = await asyncio.wait_for(waiting, 10)
     assert woke["ticket"]["state"] == "held"
+
+
+async def test_a_woken_await_reads_the_lane_in_the_round_trip_of_its_lock(
+    replicas: list[Running], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The notification tells the replica the lane moved on: the woken await's transaction
+    reads the lane with BEGIN and the lock (one round trip), not in a second one."""
+    r1, r2 = replicas
+    a = await r1.ok("acquire", acquire_body("studio-a", "s1"))
+    b = await r2.ok("acquire", acquire_body("studio-b", "s2"))
+    tid = b["ticket"]["ticketId"]
+    waiting = asyncio.ensure_future(
+        r2.ok("await", {"lane": LANE, "machineId": "studio-b", "ticketId": tid, "waitSeconds": 30})
+    )
+    await asyncio.sleep(0.3)  # parked on replica 2
+    actor = await r2.app[REGISTRY_KEY].get(LANE, create=False)
+    assert isinstance(actor, SharedLaneActor) and isinstance(actor.store, PostgresLaneStore)
+    store = actor.store
+    calls: list[str] = []
+    begin_load, load = store.begin_load, store.load
+
+    def spy_begin_load(*, load: bool) -> tuple[LaneHead, LaneSnapshot | None]:
+        calls.append(f"begin_load(load={load})")
+        return begin_load(load=load)
+
+    def spy_load() -> LaneSnapshot:
+        calls.append("load")
+        return load()
+
+    monkeypatch.setattr(store, "begin_load", spy_begin_load)
+    monkeypatch.setattr(store, "load", spy_load)
+    await r1.ok(
+        "release",
+        {
+            "lane": LANE,
+            "machineId": "studio-a",
+            "ticketId": a["ticket"]["ticketId"],
+            "outcome": "completed",
+        },
+    )
+    woke = await asyncio.wait_for(waiting, 10)
+    assert woke["ticket"]["state"] == "held"
+    assert "begin_load(load=True)" in calls and "load" not in calls, calls
