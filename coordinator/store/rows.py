@@ -88,10 +88,6 @@ SQLITE_SEEN_LOAD = (
     "SELECT machine_id, last_seen_at FROM machines_seen WHERE last_seen_at >= ? "
     f"ORDER BY last_seen_at DESC LIMIT {MACHINES_LISTED_MAX}"
 )
-PG_SEEN_LOAD = (
-    "SELECT machine_id, last_seen_at FROM machines_seen WHERE lane = %s "
-    f"AND last_seen_at >= %s ORDER BY last_seen_at DESC LIMIT {MACHINES_LISTED_MAX}"
-)
 
 
 def seen_since(last_now: float | None) -> float:

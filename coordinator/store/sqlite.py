@@ -342,8 +342,9 @@ class SqliteLaneStore(SqliteTransaction):
         snap.live = [
             ticket_from_row(r, lane)
             for r in self._read(
-                f"SELECT {TICKET_COLUMNS} FROM tickets WHERE state IN ('queued', 'held') "
-                "ORDER BY seq"
+                # (the live tickets' index since migration 0005: tickets_live_identity)
+                f"SELECT {TICKET_COLUMNS} FROM tickets INDEXED BY tickets_live_identity "
+                "WHERE state IN ('queued', 'held') ORDER BY seq"
             )
         ]
         meta = {r["key"]: r["value"] for r in self._read("SELECT key, value FROM meta")}
