@@ -19,6 +19,9 @@ MIN_OPEN_LANES = 4  # below this, serving would thrash: the budget never goes lo
 # Memory: an open lane file costs about 200 KB (SQLite's per-connection lookaside, the parsed
 # schema, cached statements); reopening one costs about a millisecond. At most this many.
 MAX_OPEN_LANES = 128
+# A lane whose file was let go of opens it again this long before its next alarm (a store
+# thread's work: creating the -wal and -shm), so the alarm's commit does not wait for it.
+PREOPEN_SECONDS = 0.1
 
 
 def open_file_limit() -> int:

@@ -29,6 +29,7 @@ import structlog
 from coordinator.actor import committer
 from coordinator.actor.commit_log import report_group
 from coordinator.actor.committer import Prepares
+from coordinator.actor.descriptors import PREOPEN_SECONDS
 from coordinator.actor.jobs import Ctx, Job, Pending, StaleLane, noop_job, operation_job
 from coordinator.clock import Clock
 from coordinator.constants import COORDINATOR_KIND, MAILBOX_BATCH_MAX
@@ -84,6 +85,7 @@ class LaneActor:
         self.closed = False
         self.draining = False  # shutting down: long polls answer now instead of parking
         self.touched: Callable[[str], None] | None = None  # told of every job (the registry)
+        self.before_alarm: Callable[[str], None] | None = None  # the registry: pre-opens the file
         # A job runs in its caller's task when the actor is free (no mailbox hop); `_busy`
         # while one runs (inline or in the loop), `_free` wakes the loop waiting for it.
         # Only the pipelined actor: a lock-first batch (SharedLaneActor) stays batched.
@@ -471,6 +473,9 @@ class LaneActor:
             )
 
     async def _alarm(self, deadline: float) -> None:
+        if self.before_alarm is not None:  # shortly before, a file let go of is opened again
+            await self.clock.sleep_until(deadline - PREOPEN_SECONDS)
+            self.before_alarm(self.lane)
         await self.clock.sleep_until(deadline)
         self._alarm_task = None
         self._alarm_at = None

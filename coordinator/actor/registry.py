@@ -17,7 +17,7 @@ import structlog
 
 from coordinator.actor.deadlines import LaneDeadlines
 from coordinator.actor.descriptors import ConnectionLru, lane_budget, open_file_limit
-from coordinator.actor.lane_actor import LaneActor, noop_job
+from coordinator.actor.lane_actor import Ctx, LaneActor, noop_job
 from coordinator.actor.shared_actor import SharedLaneActor
 from coordinator.clock import Clock
 from coordinator.config import Config
@@ -38,10 +38,19 @@ from coordinator.store.storage import Storage
 log = structlog.get_logger("coordinator.registry")
 T = TypeVar("T")
 
+
+async def reopen_job(ctx: Ctx) -> None:
+    """Open the lane's file again if it was let go of (after what is pending commits)."""
+    resume = getattr(ctx.actor.store, "resume", None)
+    if resume is not None:
+        await ctx.read(resume)
+
+
 RESCAN_SECONDS = 1.0  # at the limit, the stored lanes are listed again at most once a second
 READY_CHECK_SECONDS = 1.0  # /readyz probes the store at most once a second
 SUSPEND_BACKLOG = 4  # lanes past the descriptor budget still closing their file, at most
 REARM_BATCH = 256  # lane files whose deadline one store-thread call reads at startup
+WAKE_PARALLEL = 16  # due lanes (not open) woken at once, at most a quarter of the budget
 
 
 class LaneRegistry:
@@ -84,7 +93,9 @@ class LaneRegistry:
         # lanes not open yet (startup) are kept here until they fall due.
         self._lru = ConnectionLru(lane_budget(open_file_limit(), config.max_connections))
         self._suspending: set[asyncio.Task[None]] = set()
-        self._deadlines = LaneDeadlines(clock, self._fire)
+        self._preopening: set[asyncio.Task[None]] = set()
+        parallel = min(WAKE_PARALLEL, self._lru.budget // 4)
+        self._deadlines = LaneDeadlines(clock, self._fire, parallel)
 
     async def _io(self, fn: Callable[..., T], *args: Any) -> T:
         """A storage call on a store thread (files or the network may block)."""
@@ -141,7 +152,9 @@ class LaneRegistry:
                 enforced.append(lane)
         for i in range(0, len(enforced), REARM_BATCH):
             batch = enforced[i : i + REARM_BATCH]
-            peeked = await self._io(lambda b=batch: [self.storage.peek_deadline(x) for x in b])
+            # On a thread of its own: the due lanes found so far are being opened on the store
+            # threads meanwhile, and the sweep must not queue behind them.
+            peeked = await asyncio.get_running_loop().run_in_executor(None, self._peek, batch)
             for lane, (known, deadline) in zip(batch, peeked, strict=True):
                 if lane in self._actors:
                     continue  # opened by a call meanwhile: its own alarm is armed
@@ -150,6 +163,9 @@ class LaneRegistry:
                 elif deadline is not None:
                     self._deadlines.add(deadline, lane)
         log.info("lanes.rearmed", lanes=len(enforced), pending=len(self._deadlines))
+
+    def _peek(self, lanes: list[str]) -> list[tuple[bool, float | None]]:
+        return [self.storage.peek_deadline(lane) for lane in lanes]
 
     async def _rearm_stored(self, lane: str) -> None:
         if self.config.lane_settings(lane) is None:
@@ -248,6 +264,8 @@ class LaneRegistry:
             raise self._open_failed(lane, exc) from exc
         self._actors[lane] = actor
         actor.touched = self._touched
+        if not self.storage.shared:
+            actor.before_alarm = self._preopen
         self._touched(lane)
         if self._failed.pop(lane, None) is not None:
             self.metrics.lane_open_failures(len(self._failed))
@@ -303,6 +321,24 @@ class LaneRegistry:
                 task = asyncio.create_task(actor.suspend_store(), name=f"lane-suspend:{old}")
                 self._suspending.add(task)
                 task.add_done_callback(self._suspending.discard)
+
+    def _preopen(self, lane: str) -> None:
+        """The lane's alarm falls due in PREOPEN_SECONDS: if its file was let go of, it is
+        opened again now (a job, on a store thread), so the alarm's commit does not wait for
+        the file; a few at a time (a burst of alarms must not push each other out)."""
+        actor = self._actors.get(lane)
+        if actor is None or actor.closed or actor.store.connected:
+            return
+        if len(self._preopening) >= max(1, self._lru.budget // 4):
+            return
+        task = asyncio.create_task(self._reopen(actor), name=f"lane-preopen:{lane}")
+        self._preopening.add(task)
+        task.add_done_callback(self._preopening.discard)
+
+    @staticmethod
+    async def _reopen(actor: LaneActor) -> None:
+        with contextlib.suppress(LaneError):
+            await actor.submit(reopen_job)
 
     async def _backpressure(self) -> None:
         """Lanes pushed out of the descriptor budget close their file in a job of their own;
@@ -411,7 +447,7 @@ class LaneRegistry:
                 await task
         self._tasks.clear()
         await self._deadlines.stop()
-        for task in [*self._firing.values(), *self._suspending]:
+        for task in [*self._firing.values(), *self._suspending, *self._preopening]:
             task.cancel()
         for lane in list(self._actors):
             await self._close(lane)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +23,15 @@ from coordinator.store.lock import DataDirLock
 from coordinator.store.sqlite import SqliteLaneStore
 
 log = structlog.get_logger("coordinator.registry")
+
+
+def _is_empty(entry: os.DirEntry[str]) -> bool:
+    """A 0-byte regular file (files.is_empty_file, for a directory entry)."""
+    try:
+        st = entry.stat()
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size == 0
 
 
 class SqliteStorage:
@@ -44,16 +55,24 @@ class SqliteStorage:
         make_private_dir(self.data_dir)
         self._lock.acquire()
         self._remove_temp_files()
-        for p in sorted(self.data_dir.iterdir()):
-            if lane_from_file_name(p.name) is not None and is_empty_file(p):
-                log.warning("lane.empty_file_ignored", file=p.name, hint="no lane yet")
+        for entry in self._entries():
+            if lane_from_file_name(entry.name) is not None and _is_empty(entry):
+                log.warning("lane.empty_file_ignored", file=entry.name, hint="no lane yet")
+
+    def _entries(self) -> list[os.DirEntry[str]]:
+        """The data dir's entries, by name. (Listing 10,000 lane files as sorted Paths cost
+        about 0.1 s each time, before the server listens: names sort faster, and an entry
+        carries its type and caches its stat.)"""
+        with os.scandir(self.data_dir) as it:
+            return sorted(it, key=lambda e: e.name)
 
     def _remove_temp_files(self) -> None:
         """A lane file being created lives under a temporary name until it is complete
         (files.temp_lane_path); one left by a crash or a power loss during a first acquire is
         never a lane. We hold the data dir's lock: no other server is creating one now."""
-        for p in sorted(self.data_dir.iterdir()):
-            if p.name.startswith(".") and TEMP_MARK in p.name and p.is_file():
+        for entry in self._entries():
+            p = self.data_dir / entry.name
+            if p.name.startswith(".") and TEMP_MARK in p.name and entry.is_file():
                 try:
                     p.unlink()
                 except OSError as exc:
@@ -71,9 +90,9 @@ class SqliteStorage:
         """Lanes with a file; a 0-byte file (an older version's failed first open) is not
         one: its lane has no file yet, and the next acquire replaces it atomically."""
         out = []
-        for p in sorted(self.data_dir.iterdir()):
-            lane = lane_from_file_name(p.name)
-            if lane is not None and p.is_file() and not is_empty_file(p):
+        for entry in self._entries():
+            lane = lane_from_file_name(entry.name)
+            if lane is not None and entry.is_file() and not _is_empty(entry):
                 out.append(lane)
         return out
 
