@@ -13,6 +13,7 @@ from coordinator.engine.store import LaneStore
 from coordinator.errors import ConfigError
 from coordinator.names import lane_file_name, lane_from_file_name
 from coordinator.protocol.constants import ACTOR_SQLITE
+from coordinator.store.deadline_index import DeadlineIndex, Key, stat_key, write_index
 from coordinator.store.files import (
     TEMP_MARK,
     data_dir_unwritable,
@@ -42,6 +43,7 @@ class SqliteStorage:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
         self._lock = DataDirLock(data_dir)
+        self._index = DeadlineIndex()  # the last clean stop's deadlines (deadline_index.py)
 
     def path_for(self, lane: str) -> Path:
         return self.data_dir / lane_file_name(lane)
@@ -55,6 +57,7 @@ class SqliteStorage:
         make_private_dir(self.data_dir)
         self._lock.acquire()
         self._remove_temp_files()
+        self._index = DeadlineIndex.take(self.data_dir)
         for entry in self._entries():
             if lane_from_file_name(entry.name) is not None and _is_empty(entry):
                 log.warning("lane.empty_file_ignored", file=entry.name, hint="no lane yet")
@@ -81,7 +84,28 @@ class SqliteStorage:
                 log.info("lane.temp_file_removed", file=p.name)
 
     def stop(self) -> None:
-        self._lock.release()
+        """After every lane is closed: the deadline index for the next start, then the lock.
+        (A stop without it only makes the next start read every lane file.)"""
+        try:
+            deadlines = self._deadlines()
+            if deadlines:  # no lane file: nothing to index, nothing written
+                write_index(self.data_dir, deadlines)
+        except OSError as exc:
+            log.warning("lanes.deadline_index_not_written", error=type(exc).__name__)
+        finally:
+            self._lock.release()
+
+    def _deadlines(self) -> dict[str, tuple[Key, float | None]]:
+        out: dict[str, tuple[Key, float | None]] = {}
+        for lane in self.stored_lanes():
+            path = self.path_for(lane)
+            key = stat_key(path)
+            if key is None:
+                continue
+            known, deadline = self.peek_deadline(lane)
+            if known and stat_key(path) == key:
+                out[lane] = (key, deadline)
+        return out
 
     def make_store(self, lane: str) -> LaneStore:
         return SqliteLaneStore(self.path_for(lane), lane)
@@ -107,7 +131,11 @@ class SqliteStorage:
         return {"file": self.path_for(lane).name}
 
     def peek_deadline(self, lane: str) -> tuple[bool, float | None]:
-        return SqliteLaneStore.peek_deadline(self.path_for(lane))
+        path = self.path_for(lane)
+        known, deadline = self._index.deadline(lane, path)
+        if known:
+            return known, deadline
+        return SqliteLaneStore.peek_deadline(path)
 
     def lanes_due(self, now: float) -> list[str]:
         return []

@@ -1,8 +1,9 @@
 """A restart over many lane files listens without opening them: each file's next deadline
 is read on its own, and every alarm that fell due while the server was down fires on its
 own (counted by `lanes_expiries_total`, no call to any lane); the lanes not due stay closed.
-Shortly before a quiet lane's alarm, its file is opened again, so the alarm's commit does
-not wait for it."""
+After a clean stop the deadlines come from the index the stop wrote; without it (as after a
+crash) from the files. Shortly before a quiet lane's alarm, its file is opened again, so
+the alarm's commit does not wait for it."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+
 from coordinator.actor.descriptors import PREOPEN_SECONDS
 from coordinator.constants import LANE_QUIET_SECONDS
+from coordinator.store.deadline_index import INDEX_NAME
 from tests.harness import Running, StartServer, TestManualClock
 from tests.integration.kit import acquire_body
 from tests.integration.test_descriptors import lane_fds, registry
@@ -29,8 +33,9 @@ async def expiries(srv: Running) -> float:
     return 0.0
 
 
+@pytest.mark.parametrize("index", ["clean stop: deadline index", "no index: every file read"])
 async def test_due_alarms_fire_after_a_restart_over_many_lanes_without_any_call(
-    start_server: StartServer, tmp_path: Path
+    start_server: StartServer, tmp_path: Path, index: str
 ) -> None:
     clock = TestManualClock()
     data = tmp_path / "data"
@@ -46,6 +51,9 @@ async def test_due_alarms_fire_after_a_restart_over_many_lanes_without_any_call(
             assert (await first.ok("acquire", waiter))["granted"] is False
     await first.stop()
     assert not [p for p in data.iterdir() if p.name.endswith(("-wal", "-shm"))]
+    assert (data / INDEX_NAME).is_file()  # written by the clean stop
+    if index.startswith("no index"):
+        (data / INDEX_NAME).unlink()  # as after a crash: the start reads every lane file
     clock.advance(60)  # the short leases ran out while the server was down
     second = await start_server(clock=clock, data_dir=data, max_lanes=LANES + 10)
     end = time.monotonic() + 60  # generous: a loaded machine
@@ -58,6 +66,7 @@ async def test_due_alarms_fire_after_a_restart_over_many_lanes_without_any_call(
             break
         await asyncio.sleep(0.05)
     assert await expiries(second) == len(due)
+    assert not (data / INDEX_NAME).exists()  # taken at start: a crash now leaves none
     assert set(reg.open_lanes()) == due  # the other lanes' files were only read
     # reading the deadlines left no side files behind (the lanes not opened have none)
     names = {p.name for p in data.iterdir()}
