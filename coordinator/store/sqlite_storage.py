@@ -57,7 +57,7 @@ class SqliteStorage:
         make_private_dir(self.data_dir)
         self._lock.acquire()
         self._remove_temp_files()
-        self._index = DeadlineIndex.take(self.data_dir)
+        self._index = DeadlineIndex.read(self.data_dir)
         for entry in self._entries():
             if lane_from_file_name(entry.name) is not None and _is_empty(entry):
                 log.warning("lane.empty_file_ignored", file=entry.name, hint="no lane yet")

@@ -66,7 +66,6 @@ async def test_due_alarms_fire_after_a_restart_over_many_lanes_without_any_call(
             break
         await asyncio.sleep(0.05)
     assert await expiries(second) == len(due)
-    assert not (data / INDEX_NAME).exists()  # taken at start: a crash now leaves none
     assert set(reg.open_lanes()) == due  # the other lanes' files were only read
     # reading the deadlines left no side files behind (the lanes not opened have none)
     names = {p.name for p in data.iterdir()}

@@ -1,7 +1,8 @@
 """The deadline index (coordinator/store/deadline_index.py) written at a clean stop: the next
 start takes each lane's deadline from it without reading the lane file — but only while the
 file is exactly the one the entry was written for; a changed, copied or WAL-backed file, or
-a torn index, is read as before. The index is removed when taken."""
+a torn index, is read as before. The start leaves the index in place (deleting it would free
+space on a full disk); the next clean stop replaces it."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def test_after_a_clean_stop_deadlines_come_from_the_index_without_reading_a_file
 ) -> None:
     storage = _started(data)
     try:
-        assert not (data / INDEX_NAME).exists()  # taken: a crash in this run leaves none
+        assert (data / INDEX_NAME).is_file()  # left in place: a start frees no space
         _file_reads_fail(monkeypatch)
         assert {lane: storage.peek_deadline(lane) for lane in LANES} == {
             lane: (True, d) for lane, d in LANES.items()
@@ -94,7 +95,7 @@ def test_only_the_exact_file_an_entry_was_written_for_counts(data: Path, how: st
         os.replace(other, path)
     else:
         (data / (path.name + "-wal")).write_bytes(b"\0" * 32)
-    index = DeadlineIndex.take(data)
+    index = DeadlineIndex.read(data)
     assert len(index) == len(LANES)
     assert index.deadline("solo:c", path) == (False, None)
     assert index.deadline("solo:a", data / lane_file_name("solo:a")) == (True, T0 + 30)
@@ -105,7 +106,6 @@ def test_a_torn_or_foreign_index_is_no_index(data: Path, content: bytes) -> None
     (data / INDEX_NAME).write_bytes(content)
     storage = _started(data)
     try:
-        assert not (data / INDEX_NAME).exists()
         assert storage.peek_deadline("solo:a") == (True, T0 + 30)  # read from the file
     finally:
         storage.stop()
@@ -122,3 +122,26 @@ def test_the_stop_reuses_unchanged_entries_and_the_next_start_finds_them(
         assert again.peek_deadline("solo:c") == (True, T0 + 90)
     finally:
         again.stop()
+
+
+def test_after_a_crash_the_earlier_index_still_gives_only_untouched_lanes(
+    data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that wrote one lane and then crashed (no stop): the next start reads that lane's
+    file and takes the untouched lanes' deadlines from the earlier index."""
+    run = _started(data)
+    path = data / lane_file_name("solo:c")
+    s = SqliteLaneStore(path, "solo:c")
+    s.open()
+    s.begin()
+    s.finish(T0 + 700, T0 + 2)
+    s.close()
+    run._lock.release()  # the crash: no stop, so no new index
+    after = _started(data)
+    try:
+        assert after.peek_deadline("solo:c") == (True, T0 + 700)  # its file, read
+        _file_reads_fail(monkeypatch)
+        assert after.peek_deadline("solo:a") == (True, T0 + 30)  # the index
+    finally:
+        monkeypatch.undo()  # the stop reads solo:c again (changed since the index)
+        after.stop()
