@@ -8,6 +8,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
+from coordinator.protocol.constants import STATUS_QUEUED_LIMIT
 from coordinator.store.sqlite import SqliteLaneStore
 from tests.harness import CoordinatorProcess, cli, write_config
 
@@ -64,6 +65,13 @@ def tickets_in(path: Path, lane: str) -> set[str]:
     return {t.ticket_id for t in snap.live} | {t.ticket_id for t in ended}
 
 
+def queued_in(path: Path) -> list[str]:
+    """The lane file's queued tickets, in queue order (by seq)."""
+    with sqlite3.connect(path) as db:
+        rows = db.execute("SELECT ticket_id FROM tickets WHERE state = 'queued' ORDER BY seq")
+        return [r[0] for r in rows]
+
+
 def test_online_backup_is_consistent_and_restores(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
@@ -115,11 +123,18 @@ def test_online_backup_is_consistent_and_restores(tmp_path: Path) -> None:
     srv2 = CoordinatorProcess(restored, token_file, config)
     try:
         for lane in LANES:
-            expected = tickets_in(dest / (lane.replace(":", "+") + ".sqlite"), lane)
+            copy = dest / (lane.replace(":", "+") + ".sqlite")
+            expected = tickets_in(copy, lane)
+            queued = queued_in(copy)
             hist = srv2.op("history", {"lane": lane, "limit": 5000}, TOKEN)
             status = srv2.op("status", {"lane": lane}, TOKEN)
+            # status lists at most STATUS_QUEUED_LIMIT queued tickets, in queue order, and
+            # counts them all: the unlisted rest must be exactly the file's later ones
+            listed = [t["ticketId"] for t in status["queued"]]
+            assert listed == queued[:STATUS_QUEUED_LIMIT]
+            assert status.get("queuedTotal", len(listed)) == len(queued)
             served = {e["ticketId"] for e in hist["entries"]}
-            served |= {t["ticketId"] for t in status["held"] + status["queued"]}
+            served |= {t["ticketId"] for t in status["held"]} | set(queued)
             assert served == expected
             assert {tid for ln, tid in before if ln == lane} <= served
     finally:
