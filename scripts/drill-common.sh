@@ -49,13 +49,16 @@ stop_pid() { # pid: TERM, up to 10 s, then KILL
 # follow_roles: while roles A and B ($pid_a, $pid_b) run, print their logs ($work/a.log,
 # $work/b.log) prefixed [A]/[B]; then set rc_a and rc_b to their exit codes. Uses the
 # globals shown_a, shown_b (the lines printed, for a cleanup that prints the rest) and
-# role_pids (emptied once both have exited).
+# role_pids (emptied once both have exited). `follow_roles HOOK` also runs HOOK (a function
+# name) after each round of printing, e.g. to act on ACTION lines in the logs.
 follow_roles() {
+  local hook=${1:-}
   shown_a=0
   shown_b=0
   while kill -0 "$pid_a" 2>/dev/null || kill -0 "$pid_b" 2>/dev/null; do
     shown_a=$(show "[A]" "$work/a.log" "$shown_a")
     shown_b=$(show "[B]" "$work/b.log" "$shown_b")
+    [ -z "$hook" ] || "$hook"
     sleep 0.2
   done
   rc_a=0

@@ -146,13 +146,9 @@ pid_b=$!
 role_pids+=("$pid_b")
 
 # Follow both logs (prefixed) while acting on the ACTION lines.
-shown_a=0
-shown_b=0
 cut=0
 restored=0
-while kill -0 "$pid_a" 2>/dev/null || kill -0 "$pid_b" 2>/dev/null; do
-  shown_a=$(show "[A]" "$work/a.log" "$shown_a")
-  shown_b=$(show "[B]" "$work/b.log" "$shown_b")
+act_on_link() {
   if [ "$cut" = 0 ] && grep -q 'ACTION: cut-link-b' "$work/b.log"; then
     ip -n "$NSC" link set c2b down
     cut=1
@@ -163,15 +159,8 @@ while kill -0 "$pid_a" 2>/dev/null || kill -0 "$pid_b" 2>/dev/null; do
     restored=1
     say "B's link restored: ip -n $NSC link set c2b up" >&2
   fi
-  sleep 0.2
-done
-rc_a=0
-wait "$pid_a" || rc_a=$?
-rc_b=0
-wait "$pid_b" || rc_b=$?
-role_pids=()
-show "[A]" "$work/a.log" "$shown_a" >/dev/null
-show "[B]" "$work/b.log" "$shown_b" >/dev/null
+}
+follow_roles act_on_link
 finished=1
 if [ "$cut" = 1 ] && [ "$restored" = 0 ]; then
   ip -n "$NSC" link set c2b up

@@ -40,15 +40,7 @@ cleanup() {
     show "[A]" "$work/a.log" "${shown_a:-0}" >/dev/null
     show "[B]" "$work/b.log" "${shown_b:-0}" >/dev/null
   fi
-  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do
-      kill -0 "$server_pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -KILL "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
+  [ -z "$server_pid" ] || stop_pid "$server_pid"
   rm -rf "$work"
 }
 trap cleanup EXIT
