@@ -1,4 +1,6 @@
-"""The injected clock: the only place the coordinator reads the wall clock."""
+"""The injected clock: the only place the coordinator reads the wall clock (lanes through
+the `Clock` they are given; log timestamps through `SystemClock`). Durations and throttles
+(`time.perf_counter`, `time.monotonic`) are not wall-clock reads."""
 
 from __future__ import annotations
 

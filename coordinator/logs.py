@@ -24,6 +24,7 @@ import structlog
 from aiohttp.http_exceptions import HttpProcessingError
 from structlog.typing import EventDict, WrappedLogger
 
+from coordinator.clock import SystemClock
 from coordinator.constants import LOG_INTERVAL_SECONDS
 
 log = structlog.get_logger("coordinator")
@@ -37,14 +38,20 @@ def enabled(level: int) -> bool:
     return level >= _level
 
 
-def _iso_stamper() -> Callable[[WrappedLogger, str, EventDict], EventDict]:
+_WALL = SystemClock()
+
+
+def _iso_stamper(
+    wall: Callable[[], float] = _WALL.now,
+) -> Callable[[WrappedLogger, str, EventDict], EventDict]:
     """`timestamp` as structlog's TimeStamper(fmt="iso", utc=True) writes it
     (2025-01-02T03:04:05.123456Z; no fraction on a whole second), the date and time part
-    formatted once per second."""
+    formatted once per second. `wall`: the wall clock (coordinator/clock.py's, never a lane's
+    injected clock: a log line says when it was written)."""
     cached: list[Any] = [-1, ""]
 
     def stamp(logger: WrappedLogger, name: str, event: EventDict) -> EventDict:
-        now = time.time()
+        now = wall()
         sec = int(now)
         if sec != cached[0]:
             cached[0], cached[1] = sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
