@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from client.driver.example import SimulatedProvider, main
-
-__all__ = ["SimulatedProvider", "main"]
+from client.driver.example import main
 
 if __name__ == "__main__":
     sys.exit(main())

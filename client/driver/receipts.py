@@ -6,7 +6,7 @@ name, and a writer that never lets a receipt stop a render.
     await r.references_applied([hash_file(p) for p in refs])    # hashes, never the paths
     await r.provider_submitted(job_id)
 
-Ids and hashes are the coordinator's own functions (`coordinator.engine.receipts`): the
+Ids and hashes are the coordinator's own functions (`coordinator.protocol.receipts`): the
 content hash is `sha256:<hex>` over the payload's RFC 8785 (JCS) canonical JSON and the id
 is `<ticketId>:<phase>:<first 16 hex of the hash>`, so the same facts are the same receipt
 however often they are written.
@@ -35,13 +35,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from client.api import LOCAL_KIND
-from client.driver.payload_check import SHA256_RE, check_payload, looks_token_like
+from client.driver.payload_check import SHA256_RE, check_payload
 from client.errors import LaneClientError
 from client.models import ReceiptReply
-from coordinator.engine.receipts import canonical_json
-from coordinator.engine.receipts import content_hash as _hash_canonical
-from coordinator.engine.receipts import receipt_id_for as _receipt_id_for
-from coordinator.errors import LaneError
+from coordinator.protocol.errors import LaneError
+from coordinator.protocol.receipts import canonical_json
+from coordinator.protocol.receipts import content_hash as _hash_canonical
+from coordinator.protocol.receipts import receipt_id_for as _receipt_id_for
 
 if TYPE_CHECKING:
     from client.api import LaneBackend
@@ -336,12 +336,10 @@ __all__ = [
     "DroppedReceipt",
     "Receipts",
     "WrittenReceipt",
-    "check_payload",
     "content_hash",
     "hash_bytes",
     "hash_file",
     "lease_acquired_payload",
-    "looks_token_like",
     "provider_submitted_payload",
     "provider_terminal_payload",
     "receipt_id",

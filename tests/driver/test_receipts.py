@@ -15,10 +15,10 @@ import rfc8785
 
 from client.api import NO_RETRY, LaneClient
 from client.driver import Turn
+from client.driver.payload_check import check_payload
 from client.driver.receipts import (
     PHASES,
     Receipts,
-    check_payload,
     content_hash,
     hash_bytes,
     hash_file,
