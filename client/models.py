@@ -36,8 +36,6 @@ from coordinator.protocol.replies import (
     Wire,
 )
 
-_Wire = Wire  # the base every model derives from (its name before the protocol package)
-
 __all__ = [
     "Collision",
     "CooldownReply",
