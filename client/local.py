@@ -64,6 +64,7 @@ from coordinator.engine.operations import (
 )
 from coordinator.engine.store import Reads, lane_now
 from coordinator.errors import StoreError
+from coordinator.protocol import constants as P
 from coordinator.protocol import requests as S
 from coordinator.protocol.errors import LaneError
 from coordinator.protocol.names import MACHINE_RE, lane_file_name, parse_lane
@@ -140,7 +141,7 @@ class LocalQueue(Backend):
         claim_id: str | None = None,
         *,
         capacity: int = DEFAULT_LOCAL_CAPACITY,
-        default_lease_seconds: float = C.DEFAULT_LEASE_SECONDS,
+        default_lease_seconds: float = P.DEFAULT_LEASE_SECONDS,
         waiter_timeout_seconds: float = C.DEFAULT_WAITER_TIMEOUT_SECONDS,
         default_hold_seconds: float = C.DEFAULT_HOLD_SECONDS,
         history_retained: int = C.DEFAULT_HISTORY_RETAINED,
@@ -151,8 +152,8 @@ class LocalQueue(Backend):
         self.state_dir = Path(state_dir).expanduser()
         if not MACHINE_RE.match(machine_id or ""):
             raise ConfigError(message="LANE_MACHINE_ID: must be 1-64 of [A-Za-z0-9._-]")
-        if claim_id is not None and not 1 <= len(claim_id) <= C.MAX_CLAIM_CHARS:
-            raise ConfigError(message=f"LANE_CLAIM: must be 1-{C.MAX_CLAIM_CHARS} characters")
+        if claim_id is not None and not 1 <= len(claim_id) <= P.MAX_CLAIM_CHARS:
+            raise ConfigError(message=f"LANE_CLAIM: must be 1-{P.MAX_CLAIM_CHARS} characters")
         if capacity < 1:
             raise ConfigError(message="LANE_LOCAL_CAPACITY: must be at least 1")
         check_state_dir(self.state_dir, mounts_text)
@@ -430,7 +431,7 @@ class LocalQueue(Backend):
     async def status(self, lane: str, include_receipts: bool = False) -> StatusReply:
         """Reaps and promotes like the coordinator; never has receipt keys (no receipts)."""
         _validate(S.StatusBody, {"protocolVersion": PROTOCOL_VERSION, "lane": lane})
-        return await self._run(lane, StatusOp(C.STATUS_QUEUED_LIMIT))
+        return await self._run(lane, StatusOp(P.STATUS_QUEUED_LIMIT))
 
     async def history(
         self, lane: str, limit: int = 100, project: str | None = None

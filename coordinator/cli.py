@@ -21,10 +21,11 @@ from aiohttp import web
 from coordinator import __version__
 from coordinator import constants as C
 from coordinator.config import Config, load_config, load_tokens
-from coordinator.errors import ConfigError, LaneError
+from coordinator.errors import ConfigError
 from coordinator.logs import configure_logging
-from coordinator.names import lane_from_file_name
 from coordinator.protocol.constants import ACTOR_POSTGRES, ACTOR_SQLITE
+from coordinator.protocol.errors import LaneError
+from coordinator.protocol.names import lane_from_file_name
 from coordinator.store.files import copy_lane_file, make_private_dir
 from coordinator.store.postgres_db import migrate, migrations, redact_dsn
 from coordinator.store.postgres_storage import PostgresStorage

@@ -11,7 +11,8 @@ from typing import Any
 from coordinator import constants as C
 from coordinator.engine.model import LaneSettings
 from coordinator.errors import ConfigError
-from coordinator.names import PART_RE, parse_lane
+from coordinator.protocol import constants as P
+from coordinator.protocol.names import PART_RE, parse_lane
 
 TOKEN_ENV = "LANE_COORDINATOR_TOKEN"
 HOW_TO_MAKE_TOKEN = (
@@ -41,7 +42,7 @@ MAX_METRICS_MAX_LANES = 100_000
 
 @dataclass(slots=True)
 class Config:
-    default_lease_seconds: float = C.DEFAULT_LEASE_SECONDS
+    default_lease_seconds: float = P.DEFAULT_LEASE_SECONDS
     waiter_timeout_seconds: float = C.DEFAULT_WAITER_TIMEOUT_SECONDS
     default_hold_seconds: float = C.DEFAULT_HOLD_SECONDS
     history_retained: int = C.DEFAULT_HISTORY_RETAINED
@@ -122,7 +123,7 @@ def _waiter_timeout(raw: dict[str, Any]) -> float:
     if v < lo:
         raise ConfigError(
             f"config: {key} must be at least {lo:g} (the longest await, "
-            f"{C.MAX_AWAIT_SECONDS:g} s, plus a {C.WAITER_TIMEOUT_MARGIN_SECONDS:g} s margin), "
+            f"{P.MAX_AWAIT_SECONDS:g} s, plus a {C.WAITER_TIMEOUT_MARGIN_SECONDS:g} s margin), "
             f"got {v:g}: a shorter one abandons waiters while they wait in an await"
         )
     return v
@@ -155,9 +156,9 @@ def parse_config(raw: dict[str, Any]) -> Config:
             _number(
                 raw,
                 "default_lease_seconds",
-                C.DEFAULT_LEASE_SECONDS,
-                C.MIN_LEASE_SECONDS,
-                C.MAX_LEASE_SECONDS,
+                P.DEFAULT_LEASE_SECONDS,
+                P.MIN_LEASE_SECONDS,
+                P.MAX_LEASE_SECONDS,
             )
         ),
         waiter_timeout_seconds=_waiter_timeout(raw),

@@ -1,13 +1,11 @@
 """Every interval, limit and default of the coordinator, named once, with its unit.
 
 The wire's limits and defaults (what a client sees) live in `coordinator.protocol.constants`
-and are re-exported here; what follows them is the server's own tuning.
+(import them from there); this module holds the server's own tuning.
 """
 
 from typing import Final
 
-# The wire's limits and defaults, importable from here too (each is defined once, there).
-from coordinator.protocol.constants import *  # noqa: F403
 from coordinator.protocol.constants import ACTOR_SQLITE, MAX_AWAIT_SECONDS
 
 COORDINATOR_KIND: Final = ACTOR_SQLITE  # what this server's replies say in `coordinator`

@@ -1,42 +1,9 @@
-"""The coordinator's errors: the protocol's error classes (one per error code, defined in
-`coordinator.protocol.errors` and importable from here), the store boundary error and the
-configuration error."""
+"""The coordinator's own errors: the store boundary error and the configuration error. The
+protocol's error classes (one per error code) live in `coordinator.protocol.errors`."""
 
 from __future__ import annotations
 
-from coordinator.protocol.errors import (
-    BadRequest,
-    LaneError,
-    MethodNotAllowed,
-    NotFound,
-    NotHolder,
-    NotOwner,
-    PayloadTooLarge,
-    ReceiptConflict,
-    TicketNotHeld,
-    Unauthorized,
-    Unavailable,
-    UnsupportedMediaType,
-    UnsupportedProtocol,
-)
-
-__all__ = [
-    "BadRequest",
-    "ConfigError",
-    "LaneError",
-    "MethodNotAllowed",
-    "NotFound",
-    "NotHolder",
-    "NotOwner",
-    "PayloadTooLarge",
-    "ReceiptConflict",
-    "StoreError",
-    "TicketNotHeld",
-    "Unauthorized",
-    "Unavailable",
-    "UnsupportedMediaType",
-    "UnsupportedProtocol",
-]
+from coordinator.protocol.errors import Unavailable
 
 
 class StoreError(Unavailable):

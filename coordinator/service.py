@@ -14,14 +14,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from coordinator.actor.lane_actor import Ctx, operation_job
+from coordinator.actor.jobs import Ctx, operation_job
 from coordinator.actor.registry import LaneRegistry
 from coordinator.clock import Clock
-from coordinator.constants import (
-    OVERVIEW_PROJECTS_LIMIT,
-    RECENT_RECEIPTS_LIMIT,
-    STATUS_QUEUED_LIMIT,
-)
 from coordinator.engine import unenforced
 from coordinator.engine.commands import (
     Acquire,
@@ -56,8 +51,14 @@ from coordinator.engine.views import (
     outcome_counts,
     receipt_summary,
 )
-from coordinator.errors import NotFound, StoreError
+from coordinator.errors import StoreError
 from coordinator.protocol import replies as wire
+from coordinator.protocol.constants import (
+    OVERVIEW_PROJECTS_LIMIT,
+    RECENT_RECEIPTS_LIMIT,
+    STATUS_QUEUED_LIMIT,
+)
+from coordinator.protocol.errors import NotFound
 from coordinator.protocol.queries import OverviewParams
 
 R = TypeVar("R")

@@ -31,8 +31,8 @@ from client.config import ENV_ACCOUNT, Settings, connect, load_settings
 from client.driver.payload_check import check_payload
 from client.errors import PreProviderError
 from client.models import CooldownReply, HeartbeatReply, ReceiptReply, ReleaseReply
-from coordinator.errors import LaneError
-from coordinator.names import parse_lane
+from coordinator.protocol.errors import LaneError
+from coordinator.protocol.names import parse_lane
 
 T = TypeVar("T")
 

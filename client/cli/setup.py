@@ -31,8 +31,8 @@ from client.config import (
 from client.errors import LaneClientError
 from client.transport import safe_url
 from coordinator.constants import MIN_TOKEN_BYTES
-from coordinator.errors import LaneError
-from coordinator.names import MACHINE_RE, parse_lane
+from coordinator.protocol.errors import LaneError
+from coordinator.protocol.names import MACHINE_RE, parse_lane
 
 CLIPBOARD_TOOLS: tuple[tuple[str, ...], ...] = (
     ("wl-copy",),

@@ -18,8 +18,8 @@ from client.errors import (
     PreProviderError,
     UnavailableError,
 )
-from coordinator.errors import LaneError
-from coordinator.names import parse_lane
+from coordinator.protocol.errors import LaneError
+from coordinator.protocol.names import parse_lane
 
 DEFAULT_DRILL_LANE = "drill:acceptance"
 DEFAULT_PARTNER_TIMEOUT = 120.0  # seconds a role waits for its partner at any one point

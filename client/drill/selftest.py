@@ -33,8 +33,8 @@ from client.errors import (
     ReceiptConflictError,
 )
 from client.models import LaneReply
-from coordinator.errors import LaneError
-from coordinator.names import parse_lane
+from coordinator.protocol.errors import LaneError
+from coordinator.protocol.names import parse_lane
 
 DEFAULT_SELF_TEST_ROUTE = "self-test"
 SELF_TEST_PROJECT = "lane-self-test"

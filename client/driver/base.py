@@ -23,7 +23,7 @@ from client.driver.options import WaitUpdate, human_check_cooldown_seconds
 from client.driver.receipts import Receipts
 from client.errors import LaneClientError
 from client.models import CooldownReply, LaneReply, ReleaseReply
-from coordinator.constants import DEFAULT_LEASE_SECONDS
+from coordinator.protocol.constants import DEFAULT_LEASE_SECONDS
 
 if TYPE_CHECKING:
     from client.api import LaneBackend

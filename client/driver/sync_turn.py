@@ -17,7 +17,7 @@ from client.driver.options import WaitUpdate
 from client.driver.receipts import Receipts
 from client.driver.turn import Turn
 from client.models import CooldownReply
-from coordinator.constants import DEFAULT_LEASE_SECONDS
+from coordinator.protocol.constants import DEFAULT_LEASE_SECONDS
 
 if TYPE_CHECKING:
     from client.config import Settings

@@ -30,23 +30,18 @@ from coordinator.actor import committer
 from coordinator.actor.commit_log import report_group
 from coordinator.actor.committer import Prepares
 from coordinator.actor.descriptors import PREOPEN_SECONDS
-from coordinator.actor.jobs import Ctx, Job, Pending, StaleLane, noop_job, operation_job
+from coordinator.actor.jobs import Ctx, Job, Pending, StaleLane, noop_job
 from coordinator.clock import Clock
 from coordinator.constants import COORDINATOR_KIND, MAILBOX_BATCH_MAX
 from coordinator.engine.lane import LaneCore
 from coordinator.engine.model import Change, Effects, LaneSettings
 from coordinator.engine.store import LaneStore, lane_now
-from coordinator.errors import LaneError, Unavailable
 from coordinator.metrics import NULL_METRICS, LaneObserver
+from coordinator.protocol.errors import LaneError, Unavailable
 from coordinator.store.files import failure_reason
 
 T = TypeVar("T")
 log = structlog.get_logger("coordinator.actor")
-
-# Jobs live in coordinator/actor/jobs.py; the service, the registry, SharedLaneActor and the
-# tests import them from here too.
-__all__ = ["Ctx", "Job", "LaneActor", "StaleLane", "_Pending", "noop_job", "operation_job"]
-_Pending = Pending
 
 
 class LaneActor:

@@ -17,7 +17,8 @@ import structlog
 
 from coordinator.actor.deadlines import LaneDeadlines
 from coordinator.actor.descriptors import ConnectionLru, lane_budget, open_file_limit
-from coordinator.actor.lane_actor import Ctx, LaneActor, noop_job
+from coordinator.actor.jobs import Ctx, noop_job
+from coordinator.actor.lane_actor import LaneActor
 from coordinator.actor.shared_actor import SharedLaneActor
 from coordinator.clock import Clock
 from coordinator.config import Config
@@ -29,9 +30,10 @@ from coordinator.constants import (
     PARKED_RECHECK_SECONDS,
     STORE_THREADS,
 )
-from coordinator.errors import LaneError, StoreError, Unavailable
+from coordinator.errors import StoreError
 from coordinator.logs import RateLimitedLog
 from coordinator.metrics import NULL_METRICS, LaneObserver
+from coordinator.protocol.errors import LaneError, Unavailable
 from coordinator.store.files import open_failure_reason
 from coordinator.store.storage import Storage
 

@@ -19,11 +19,12 @@ from typing import Any
 
 import structlog
 
-from coordinator.actor.lane_actor import Ctx, Job, LaneActor, _Pending
+from coordinator.actor.jobs import Ctx, Job, Pending
+from coordinator.actor.lane_actor import LaneActor
 from coordinator.engine.lane import LaneCore
 from coordinator.engine.model import Change, Effects, LaneSnapshot
 from coordinator.engine.store import LaneHead, lane_now
-from coordinator.errors import LaneError, Unavailable
+from coordinator.protocol.errors import LaneError, Unavailable
 from coordinator.store.files import failure_reason
 
 log = structlog.get_logger("coordinator.actor")
@@ -150,7 +151,7 @@ class SharedLaneActor(LaneActor):
         ctx = Ctx(self, now)
         assert self.core is not None
         self._pending_fx.extend(self.core.advance(now))
-        pending = _Pending(fut)
+        pending = Pending(fut)
         try:
             pending.result = await job(ctx)
         except LaneError as exc:
@@ -159,4 +160,4 @@ class SharedLaneActor(LaneActor):
         self._pending.append(pending)
 
     def _fail_batch(self, batch: list[tuple[Job, asyncio.Future[Any]]], err: LaneError) -> None:
-        self._settle([_Pending(fut, error=err) for _, fut in batch])
+        self._settle([Pending(fut, error=err) for _, fut in batch])

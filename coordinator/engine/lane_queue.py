@@ -7,11 +7,7 @@ from collections import deque
 
 from sortedcontainers import SortedList
 
-from coordinator.constants import (
-    ETA_HOLD_SAMPLE_SIZE,
-    EVIDENCE_RECENT_SECONDS,
-    SEEN_WRITE_SECONDS,
-)
+from coordinator.constants import ETA_HOLD_SAMPLE_SIZE, EVIDENCE_RECENT_SECONDS, SEEN_WRITE_SECONDS
 from coordinator.engine.model import (
     Effects,
     LaneSettings,

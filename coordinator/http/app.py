@@ -15,10 +15,6 @@ from aiohttp import web
 from coordinator.actor.registry import LaneRegistry
 from coordinator.clock import Clock, SystemClock
 from coordinator.config import Config
-from coordinator.constants import (
-    MAX_RECEIPT_PAYLOAD_BYTES,
-    SUPPORTED_PROTOCOLS,
-)
 from coordinator.engine.commands import (
     Acquire,
     Cooldown,
@@ -59,6 +55,7 @@ from coordinator.http.reads import (
 from coordinator.logs import RateLimitedLog
 from coordinator.metrics import Metrics
 from coordinator.protocol import requests as S
+from coordinator.protocol.constants import MAX_RECEIPT_PAYLOAD_BYTES, SUPPORTED_PROTOCOLS
 from coordinator.protocol.errors import (
     BadRequest,
     ReceiptConflict,

@@ -2,7 +2,7 @@
 
 Every number a client can see or must respect is defined here once; the server's own tuning
 (actor housekeeping, store retries, config ranges) stays in `coordinator.constants`, which
-re-exports these names.
+does not re-export these: import them from here.
 """
 
 from typing import Final

@@ -63,7 +63,7 @@ from coordinator.engine.model import (
     PutTicket,
 )
 from coordinator.errors import ConfigError, StoreError
-from coordinator.names import LANE_RE, lane_file_name, lane_from_file_name
+from coordinator.protocol.names import LANE_RE, lane_file_name, lane_from_file_name
 from coordinator.store.files import (
     check_lane_header,
     is_empty_file,

@@ -11,8 +11,8 @@ import structlog
 
 from coordinator.engine.store import LaneStore
 from coordinator.errors import ConfigError
-from coordinator.names import lane_file_name, lane_from_file_name
 from coordinator.protocol.constants import ACTOR_SQLITE
+from coordinator.protocol.names import lane_file_name, lane_from_file_name
 from coordinator.store.deadline_index import DeadlineIndex, Key, stat_key, write_index
 from coordinator.store.files import (
     TEMP_MARK,

@@ -23,7 +23,7 @@ from client.errors import (
 )
 from client.models import LaneReply, StatusReply
 from client.sync import SyncLaneClient
-from coordinator.names import lane_file_name
+from coordinator.protocol.names import lane_file_name
 from tests.client.kit import UNENFORCED_LANE
 from tests.harness import ThreadedCoordinator
 

@@ -22,13 +22,15 @@ from typing import Any
 import msgspec
 import pytest
 
-from coordinator.actor.lane_actor import Ctx, LaneActor, operation_job
+from coordinator.actor.jobs import Ctx, operation_job
+from coordinator.actor.lane_actor import LaneActor
 from coordinator.clock import ManualClock
-from coordinator.constants import STATUS_QUEUED_LIMIT
 from coordinator.engine.commands import Acquire, Release, TicketCall
 from coordinator.engine.model import Change, LaneSettings
 from coordinator.engine.operations import StatusOp
-from coordinator.errors import StoreError, Unavailable
+from coordinator.errors import StoreError
+from coordinator.protocol.constants import STATUS_QUEUED_LIMIT
+from coordinator.protocol.errors import Unavailable
 from coordinator.store.sqlite import SqliteLaneStore
 
 LANE = "solo:main"

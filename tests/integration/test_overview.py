@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from coordinator import constants as C
+from coordinator.protocol import constants as P
 from tests.integration.kit import (
     DUO,
     SOLO,
@@ -62,11 +63,11 @@ async def test_one_read_equals_the_per_lane_reads(server: Running) -> None:
     assert r["coordinator"] == "actor-sqlite"
     assert r["now"] == server.clock.now()
     assert r["limits"] == {
-        "history": C.OVERVIEW_DEFAULT_HISTORY,
-        "queued": C.OVERVIEW_DEFAULT_QUEUED,
-        "receipts": C.OVERVIEW_DEFAULT_RECEIPTS,
-        "incidents": C.DEFAULT_INCIDENTS_LIMIT,
-        "limit": C.OVERVIEW_DEFAULT_LOG_LIMIT,
+        "history": P.OVERVIEW_DEFAULT_HISTORY,
+        "queued": P.OVERVIEW_DEFAULT_QUEUED,
+        "receipts": P.OVERVIEW_DEFAULT_RECEIPTS,
+        "incidents": P.DEFAULT_INCIDENTS_LIMIT,
+        "limit": P.OVERVIEW_DEFAULT_LOG_LIMIT,
     }
     lanes = _by_lane(r)
     assert list(lanes) == sorted(lanes) and {SOLO, DUO} <= set(lanes)
@@ -75,7 +76,7 @@ async def test_one_read_equals_the_per_lane_reads(server: Running) -> None:
         status = await server.ok("status", {"lane": lane})
         for key in ("enforced", "capacity", "held", "queued", "queuedTotal", "pause", "now"):
             assert x[key] == status[key], (lane, key)
-        history = await server.ok("history", {"lane": lane, "limit": C.OVERVIEW_DEFAULT_HISTORY})
+        history = await server.ok("history", {"lane": lane, "limit": P.OVERVIEW_DEFAULT_HISTORY})
         assert x["history"] == {"entries": history["entries"], "retained": history["retained"]}
     assert lanes[SOLO]["pause"]["ticketId"] == held["ticketId"]
     assert [t["project"] for t in lanes[SOLO]["queued"]] == ["gamma"]
@@ -170,16 +171,16 @@ async def test_every_list_is_bounded_by_its_parameter(server: Running) -> None:
 
 async def test_bad_parameters_and_no_token(server: Running) -> None:
     for params, name in (
-        ({"history": str(C.OVERVIEW_MAX_HISTORY + 1)}, "history"),
+        ({"history": str(P.OVERVIEW_MAX_HISTORY + 1)}, "history"),
         ({"history": "-1"}, "history"),
-        ({"queued": str(C.STATUS_QUEUED_LIMIT + 1)}, "queued"),
-        ({"receipts": str(C.RECENT_RECEIPTS_LIMIT + 1)}, "receipts"),
+        ({"queued": str(P.STATUS_QUEUED_LIMIT + 1)}, "queued"),
+        ({"receipts": str(P.RECENT_RECEIPTS_LIMIT + 1)}, "receipts"),
         ({"incidents": "0"}, "incidents"),
         ({"limit": "0"}, "limit"),
-        ({"limit": str(C.OVERVIEW_MAX_LOG_LIMIT + 1)}, "limit"),
+        ({"limit": str(P.OVERVIEW_MAX_LOG_LIMIT + 1)}, "limit"),
         ({"limit": "x"}, "limit"),
         ({"lane": "../etc:passwd"}, "lane"),
-        ({"project": "p" * (C.MAX_IDENTITY_CHARS + 1)}, "project"),
+        ({"project": "p" * (P.MAX_IDENTITY_CHARS + 1)}, "project"),
     ):
         assert_error(await server.get("/v1/overview", params=params), 400, "bad-request", name)
     assert_error(await server.get("/v1/overview", token=None), 401, "unauthorized")

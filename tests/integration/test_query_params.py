@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from coordinator import constants as C
+from coordinator.protocol import constants as C
 from coordinator.protocol.names import LANE_RULE
 from tests.integration.kit import SOLO, acquire_body, assert_error
 

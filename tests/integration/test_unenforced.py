@@ -6,7 +6,7 @@ import re
 import uuid
 from typing import TYPE_CHECKING
 
-from coordinator.names import lane_from_file_name
+from coordinator.protocol.names import lane_from_file_name
 from tests.integration.kit import FREE, PHASES, TICKET_KEYS, acquire_body, receipt_body, ticket_body
 
 if TYPE_CHECKING:

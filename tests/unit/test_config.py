@@ -1,4 +1,5 @@
-"""Config parsing, bearer tokens, and lane names (coordinator/config.py, coordinator/names.py)."""
+"""Config parsing, bearer tokens, and lane names (coordinator/config.py,
+coordinator/protocol/names.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from coordinator.config import (
     load_tokens,
     parse_config,
 )
-from coordinator.errors import BadRequest, ConfigError
-from coordinator.names import (
+from coordinator.errors import ConfigError
+from coordinator.protocol import constants as P
+from coordinator.protocol.errors import BadRequest
+from coordinator.protocol.names import (
     LANE_FILE_SUFFIX,
     lane_file_name,
     lane_from_file_name,
@@ -52,7 +55,7 @@ def toml(text: str) -> Config:
 def test_defaults() -> None:
     cfg = parse_config({})
     assert cfg == Config()
-    assert cfg.default_lease_seconds == C.DEFAULT_LEASE_SECONDS == 300
+    assert cfg.default_lease_seconds == P.DEFAULT_LEASE_SECONDS == 300
     assert cfg.waiter_timeout_seconds == C.DEFAULT_WAITER_TIMEOUT_SECONDS == 600
     assert cfg.default_hold_seconds == C.DEFAULT_HOLD_SECONDS == 300
     assert cfg.history_retained == C.DEFAULT_HISTORY_RETAINED == 5000
@@ -155,7 +158,7 @@ def test_range_bounds_are_inclusive(key: str, value: int) -> None:
 def test_waiter_timeout_shorter_than_the_longest_await_is_refused(value: float) -> None:
     """A parked await is the waiter's keep-alive: a timeout under the longest await (60 s)
     plus the margin would abandon a waiter in the middle of its poll."""
-    assert C.MIN_WAITER_TIMEOUT_SECONDS == C.MAX_AWAIT_SECONDS + C.WAITER_TIMEOUT_MARGIN_SECONDS
+    assert C.MIN_WAITER_TIMEOUT_SECONDS == P.MAX_AWAIT_SECONDS + C.WAITER_TIMEOUT_MARGIN_SECONDS
     with pytest.raises(ConfigError) as exc:
         parse_config({"waiter_timeout_seconds": value})
     msg = str(exc.value)

@@ -25,7 +25,7 @@ from hypothesis.stateful import (
 
 from coordinator.engine.lane import LaneCore
 from coordinator.engine.model import LaneSnapshot, TicketState
-from coordinator.errors import NotOwner, TicketNotHeld
+from coordinator.protocol.errors import NotOwner, TicketNotHeld
 
 from .kit import LANE, Harness, as_wire
 

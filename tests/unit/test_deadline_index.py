@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.names import lane_file_name
+from coordinator.protocol.names import lane_file_name
 from coordinator.store.deadline_index import INDEX_NAME, DeadlineIndex
 from coordinator.store.sqlite import SqliteLaneStore
 from coordinator.store.sqlite_storage import SqliteStorage

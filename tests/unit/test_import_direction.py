@@ -53,7 +53,6 @@ ENGINE_MODULES = (
     "coordinator.engine.lane_views",
     "coordinator.engine.model",
     "coordinator.engine.operations",
-    "coordinator.engine.receipts",
     "coordinator.engine.store",
     "coordinator.engine.unenforced",
     "coordinator.engine.views",

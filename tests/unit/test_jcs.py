@@ -1,4 +1,5 @@
-"""RFC 8785 (JCS) canonical JSON, content hashes and receipt ids (engine/receipts.py)."""
+"""RFC 8785 (JCS) canonical JSON, content hashes and receipt ids
+(coordinator/protocol/receipts.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from coordinator.engine.model import ReceiptPhase
-from coordinator.engine.receipts import (
+from coordinator.protocol.errors import BadRequest
+from coordinator.protocol.receipts import (
     HASH_RE,
     PHASES,
     canonical_json,
@@ -21,7 +23,6 @@ from coordinator.engine.receipts import (
     content_hash,
     receipt_id_for,
 )
-from coordinator.errors import BadRequest
 
 VECTORS = Path(__file__).resolve().parents[1] / "data" / "jcs_vectors"
 

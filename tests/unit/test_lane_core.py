@@ -21,7 +21,13 @@ from coordinator.engine.model import (
     Ticket,
     TicketState,
 )
-from coordinator.errors import NotFound, NotHolder, NotOwner, ReceiptConflict, TicketNotHeld
+from coordinator.protocol.errors import (
+    NotFound,
+    NotHolder,
+    NotOwner,
+    ReceiptConflict,
+    TicketNotHeld,
+)
 
 from .kit import LANE, T0, Harness, as_wire, make_settings
 

@@ -16,7 +16,7 @@ from coordinator.constants import PRESENCE_RECENT_SECONDS, SEEN_WRITE_SECONDS
 from coordinator.errors import StoreError
 from coordinator.http import presence as presence_module
 from coordinator.http.presence import Presence
-from coordinator.names import lane_from_file_name
+from coordinator.protocol.names import lane_from_file_name
 from coordinator.store.presence import (
     PRESENCE_FILE_NAME,
     Sighting,
