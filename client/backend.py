@@ -1,6 +1,7 @@
-"""`Backend`: what the shared coordinator's client (`LaneClient`) and the local queue
+"""`BackendBase`: what the shared coordinator's client (`LaneClient`) and the local queue
 (`LocalQueue`) share as objects — an async context manager that closes on exit, and the
-request body every lane operation starts from."""
+request body every lane operation starts from. The type a driver codes against is
+`client.api.LaneBackend` (a Protocol); this is only the implementation base class."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any, Self
 from coordinator.protocol.constants import PROTOCOL_VERSION
 
 
-class Backend(ABC):
+class BackendBase(ABC):
     """`async with backend:` closes the backend on exit."""
 
     machine_id: str

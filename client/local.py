@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from client.api import DEFAULT_COOLDOWN_REASON, LOCAL_KIND, PROTOCOL_VERSION, receipt_fields
-from client.backend import Backend
+from client.backend import BackendBase
 from client.clock import monotonic, wall
 from client.errors import (
     BadRequestError,
@@ -129,7 +129,7 @@ class _Kept:
     persisted: dict[str, float] = field(default_factory=dict)
 
 
-class LocalQueue(Backend):
+class LocalQueue(BackendBase):
     """The local single-computer queue (see the module docstring)."""
 
     kind = LOCAL_KIND

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 import msgspec
 
-from client.backend import Backend
+from client.backend import BackendBase
 from client.clock import monotonic
 from client.errors import (
     ConfigError,
@@ -170,7 +170,7 @@ def with_attempts(err: LaneClientError, attempts: int, started: float) -> LaneCl
     return err
 
 
-class HttpTransport(Backend):
+class HttpTransport(BackendBase):
     """Requests to the coordinator at `url` with a bearer token (see the module docstring)."""
 
     url: str

@@ -44,8 +44,8 @@ H = "sha256:" + "c0" * 32  # the prompt hash of every ticket here
 T0 = 1_764_450_000.0
 
 
-class Backend(Protocol):
-    """The method set the contract holds every backend to."""
+class ContractTarget(Protocol):
+    """A backend under test: the method set the contract holds every backend to."""
 
     @property
     def kind(self) -> str: ...
@@ -56,7 +56,7 @@ class Backend(Protocol):
     @property
     def claim_id(self) -> str | None: ...
 
-    def with_claim(self, claim_id: str | None) -> Backend: ...
+    def with_claim(self, claim_id: str | None) -> ContractTarget: ...
 
     async def acquire(
         self,
@@ -112,7 +112,7 @@ class Backend(Protocol):
     async def close(self) -> None: ...
 
 
-async def take(b: Backend, scene: str, project: str = "proj", **kw: Any) -> LaneReply:
+async def take(b: ContractTarget, scene: str, project: str = "proj", **kw: Any) -> LaneReply:
     """acquire(LANE, project, scene, H)."""
     return await b.acquire(LANE, project, scene, H, **kw)
 
@@ -138,11 +138,11 @@ class BackendContract:
     # ---------------------------------------------------------------- what a backend provides
 
     @pytest.fixture
-    def backend(self) -> Backend:
+    def backend(self) -> ContractTarget:
         """The backend for ("studio-a", "claim-a") on a fresh store (abstract)."""
         raise NotImplementedError(f"{type(self).__name__} must provide the backend fixture")
 
-    def peer(self, machine: str, claim: str | None) -> Backend:
+    def peer(self, machine: str, claim: str | None) -> ContractTarget:
         """Another identity on the same store as `backend`."""
         raise NotImplementedError
 
@@ -151,17 +151,17 @@ class BackendContract:
         raise NotImplementedError
 
     @pytest.fixture
-    def other(self, backend: Backend) -> Backend:
+    def other(self, backend: ContractTarget) -> ContractTarget:
         return self.peer("studio-b", "claim-b")
 
     # ---------------------------------------------------------------- acquire
 
-    async def test_kind_and_identity(self, backend: Backend) -> None:
+    async def test_kind_and_identity(self, backend: ContractTarget) -> None:
         await backend.status(LANE)  # a client knows which coordinator it has once it answered
         assert backend.kind == self.kind
         assert (backend.machine_id, backend.claim_id) == ("studio-a", "claim-a")
 
-    async def test_acquire_grants_on_a_free_lane(self, backend: Backend) -> None:
+    async def test_acquire_grants_on_a_free_lane(self, backend: ContractTarget) -> None:
         r = await take(backend, "s1")
         assert r.coordinator == self.kind and r.lane == LANE and r.enforced
         assert r.granted and not r.duplicate and r.pause is None
@@ -171,7 +171,7 @@ class BackendContract:
         assert r.ticket.lease_expires_at is not None and r.ticket.held_at is not None
 
     async def test_a_second_identity_queues_at_position_1(
-        self, backend: Backend, other: Backend
+        self, backend: ContractTarget, other: ContractTarget
     ) -> None:
         held = await take(backend, "s1")
         r = await take(other, "s2")
@@ -181,7 +181,9 @@ class BackendContract:
         st = await backend.status(LANE)
         assert held_ids(st) == [held.ticket_id] and queued_ids(st) == [r.ticket_id]
 
-    async def test_a_duplicate_identity_converges_on_one_ticket(self, backend: Backend) -> None:
+    async def test_a_duplicate_identity_converges_on_one_ticket(
+        self, backend: ContractTarget
+    ) -> None:
         first = await take(backend, "s1")
         again = await take(backend, "s1")  # the owner's repeat (a retried request)
         assert again.ticket_id == first.ticket_id and again.duplicate
@@ -190,7 +192,7 @@ class BackendContract:
         assert held_ids(st) == [first.ticket_id] and st.queued == []
 
     async def test_a_non_owners_duplicate_is_never_granted(
-        self, backend: Backend, other: Backend
+        self, backend: ContractTarget, other: ContractTarget
     ) -> None:
         first = await take(backend, "s1")
         dup = await take(other, "s1")
@@ -202,7 +204,7 @@ class BackendContract:
         st = await backend.status(LANE)
         assert held_ids(st) == [first.ticket_id] and st.queued == []
 
-    async def test_fences_strictly_increase_across_grants(self, backend: Backend) -> None:
+    async def test_fences_strictly_increase_across_grants(self, backend: ContractTarget) -> None:
         fences = []
         for i in range(4):
             r = await take(backend, f"s{i}")
@@ -211,14 +213,14 @@ class BackendContract:
             await backend.release(LANE, r.ticket_id, "completed")
         assert fences == sorted(set(fences)) and len(fences) == 4
 
-    async def test_a_bad_lane_name_is_a_bad_request(self, backend: Backend) -> None:
+    async def test_a_bad_lane_name_is_a_bad_request(self, backend: ContractTarget) -> None:
         with pytest.raises(BadRequestError):
             await backend.acquire("no-account-part", "proj", "s1", H)
 
     # ---------------------------------------------------------------- release and await
 
     async def test_release_promotes_the_waiter_and_await_returns_it_held(
-        self, backend: Backend, other: Backend
+        self, backend: ContractTarget, other: ContractTarget
     ) -> None:
         a = await take(backend, "s1")
         b = await take(other, "s2")
@@ -232,7 +234,7 @@ class BackendContract:
         assert got.ticket.fence > a.ticket.fence
 
     async def test_a_parked_await_wakes_when_the_holder_releases(
-        self, backend: Backend, other: Backend
+        self, backend: ContractTarget, other: ContractTarget
     ) -> None:
         a = await take(backend, "s1")
         b = await take(other, "s2")
@@ -244,7 +246,7 @@ class BackendContract:
         assert got.granted and got.ticket.state == "held"
 
     async def test_await_is_for_the_owner_of_a_known_ticket(
-        self, backend: Backend, other: Backend
+        self, backend: ContractTarget, other: ContractTarget
     ) -> None:
         a = await take(backend, "s1")
         with pytest.raises(NotOwnerError):
@@ -253,7 +255,7 @@ class BackendContract:
             await backend.await_ticket(LANE, "t_no-such-ticket", 1)
 
     async def test_a_waiter_may_leave_without_promoting_anyone(
-        self, backend: Backend, other: Backend
+        self, backend: ContractTarget, other: ContractTarget
     ) -> None:
         a = await take(backend, "s1")
         b = await take(other, "s2")
@@ -263,21 +265,23 @@ class BackendContract:
         assert held_ids(st) == [a.ticket_id] and st.queued == []
 
     async def test_release_by_a_non_owner_changes_nothing(
-        self, backend: Backend, other: Backend
+        self, backend: ContractTarget, other: ContractTarget
     ) -> None:
         a = await take(backend, "s1")
         rel = await other.release(LANE, a.ticket_id, "completed")
         assert not rel.released and rel.reason == "not-owner"
         assert held_ids(await backend.status(LANE)) == [a.ticket_id]
 
-    async def test_release_of_a_done_ticket_is_already_done(self, backend: Backend) -> None:
+    async def test_release_of_a_done_ticket_is_already_done(self, backend: ContractTarget) -> None:
         a = await take(backend, "s1")
         assert (await backend.release(LANE, a.ticket_id, "completed")).released
         again = await backend.release(LANE, a.ticket_id, "failed")
         assert not again.released and again.reason == "already-done"
         assert again.state == "done" and again.outcome == "completed"
 
-    async def test_ticket_calls_on_an_unknown_ticket_are_not_found(self, backend: Backend) -> None:
+    async def test_ticket_calls_on_an_unknown_ticket_are_not_found(
+        self, backend: ContractTarget
+    ) -> None:
         with pytest.raises(NotFoundError):  # the lane was never used
             await backend.heartbeat(LANE, "t_no-such-ticket")
         await take(backend, "s1")
@@ -286,7 +290,7 @@ class BackendContract:
 
     # ---------------------------------------------------------------- heartbeat
 
-    async def test_heartbeat_refreshes_the_lease(self, backend: Backend) -> None:
+    async def test_heartbeat_refreshes_the_lease(self, backend: ContractTarget) -> None:
         a = await take(backend, "s1", lease_seconds=60)
         assert a.ticket.lease_expires_at is not None
         await self.advance(10)
@@ -299,7 +303,7 @@ class BackendContract:
         assert longer.lease_expires_at == pytest.approx(a.ticket.lease_expires_at - 60 + 10 + 120)
 
     async def test_heartbeat_answers_not_held_not_owner_and_done(
-        self, backend: Backend, other: Backend
+        self, backend: ContractTarget, other: ContractTarget
     ) -> None:
         a = await take(backend, "s1")
         b = await take(other, "s2")
@@ -313,7 +317,9 @@ class BackendContract:
         done = await backend.heartbeat(LANE, a.ticket_id)
         assert not done.refreshed and done.reason == "done" and done.state == "done"
 
-    async def test_lease_expiry_promotes_the_waiter(self, backend: Backend, other: Backend) -> None:
+    async def test_lease_expiry_promotes_the_waiter(
+        self, backend: ContractTarget, other: ContractTarget
+    ) -> None:
         a = await take(backend, "s1", lease_seconds=15)
         b = await take(other, "s2")
         await self.advance(16)  # no heartbeat: the lease ran out
@@ -329,12 +335,12 @@ class BackendContract:
 
     # ---------------------------------------------------------------- fairness
 
-    async def test_round_robin_across_projects(self, backend: Backend) -> None:
+    async def test_round_robin_across_projects(self, backend: ContractTarget) -> None:
         """Only A has been granted; queued A1, A2, B1, C1, B2 -> B1, C1, A1, B2, A2."""
         pb, pc = self.peer("studio-b", "claim-b"), self.peer("studio-c", "claim-c")
         a0 = await take(backend, "a0", "A")
         assert a0.granted
-        owners: dict[str, Backend] = {a0.ticket_id: backend}
+        owners: dict[str, ContractTarget] = {a0.ticket_id: backend}
         names: dict[str, str] = {}
         for who, project, scene in [
             (backend, "A", "a1"),
@@ -360,7 +366,7 @@ class BackendContract:
     # ---------------------------------------------------------------- cooldown
 
     async def test_cooldown_by_the_holder_pauses_the_lane(
-        self, backend: Backend, other: Backend
+        self, backend: ContractTarget, other: ContractTarget
     ) -> None:
         a = await take(backend, "s1")
         b = await take(other, "s2")
@@ -379,7 +385,7 @@ class BackendContract:
         assert got.granted and got.pause is None
 
     async def test_cooldown_by_a_non_holder_is_refused(
-        self, backend: Backend, other: Backend
+        self, backend: ContractTarget, other: ContractTarget
     ) -> None:
         a = await take(backend, "s1")
         b = await take(other, "s2")
@@ -392,7 +398,7 @@ class BackendContract:
     # ---------------------------------------------------------------- reads
 
     async def test_history_lists_the_released_ticket_with_outcome_and_counts(
-        self, backend: Backend, other: Backend
+        self, backend: ContractTarget, other: ContractTarget
     ) -> None:
         a = await take(backend, "s1", "film")
         b = await take(other, "s2", "ad")
@@ -411,7 +417,9 @@ class BackendContract:
         only = await backend.history(LANE, project="ad")
         assert [e.ticket_id for e in only.entries] == [b.ticket_id]
 
-    async def test_status_for_an_unknown_lane_is_empty_and_enforced(self, backend: Backend) -> None:
+    async def test_status_for_an_unknown_lane_is_empty_and_enforced(
+        self, backend: ContractTarget
+    ) -> None:
         st = await backend.status("solo:never-used")
         assert st.coordinator == self.kind and st.lane == "solo:never-used"
         assert st.enforced and st.capacity == 1
@@ -420,7 +428,7 @@ class BackendContract:
 
     # ---------------------------------------------------------------- receipts, claims
 
-    async def test_receipts_follow_the_backends_storage_rule(self, backend: Backend) -> None:
+    async def test_receipts_follow_the_backends_storage_rule(self, backend: ContractTarget) -> None:
         a = await take(backend, "s1")
         rec = await backend.receipt(LANE, a.ticket_id, "lease-acquired", {"fence": 1})
         assert rec.coordinator == self.kind
@@ -435,7 +443,9 @@ class BackendContract:
         if st.recent_receipts is not None:
             assert [r.receipt_id for r in st.recent_receipts] == [rec.receipt_id]
 
-    async def test_with_claim_is_a_sibling_with_another_claim(self, backend: Backend) -> None:
+    async def test_with_claim_is_a_sibling_with_another_claim(
+        self, backend: ContractTarget
+    ) -> None:
         a = await take(backend, "s1")
         same = backend.with_claim("claim-a")
         assert (same.machine_id, same.claim_id) == ("studio-a", "claim-a")
@@ -458,7 +468,7 @@ class TestLaneClientOnServer(BackendContract):
     status_has_receipt_keys = True
 
     @pytest.fixture
-    async def backend(self, tmp_path: Path) -> AsyncIterator[Backend]:
+    async def backend(self, tmp_path: Path) -> AsyncIterator[ContractTarget]:
         self.clock = TestManualClock(T0)
         self.server: Running = await start_running(
             tmp_path / "data", config=make_config(), clock=self.clock
@@ -471,7 +481,7 @@ class TestLaneClientOnServer(BackendContract):
                 await c.close()
             await self.server.stop()
 
-    def peer(self, machine: str, claim: str | None) -> Backend:
+    def peer(self, machine: str, claim: str | None) -> ContractTarget:
         c = LaneClient(self.server.url, self.server.token, machine, claim)
         self.opened.append(c)
         return c
@@ -489,7 +499,7 @@ class TestLocalQueue(BackendContract):
     status_has_receipt_keys = False
 
     @pytest.fixture
-    async def backend(self, tmp_path: Path) -> AsyncIterator[Backend]:
+    async def backend(self, tmp_path: Path) -> AsyncIterator[ContractTarget]:
         self.clock = FakeClock(T0)
         self.state_dir = tmp_path / "state"
         self.opened: list[LocalQueue] = []
@@ -499,7 +509,7 @@ class TestLocalQueue(BackendContract):
             for q in self.opened:
                 await q.close()
 
-    def peer(self, machine: str, claim: str | None) -> Backend:
+    def peer(self, machine: str, claim: str | None) -> ContractTarget:
         q = LocalQueue(self.state_dir, machine, claim, clock=self.clock, poll_interval=0.02)
         self.opened.append(q)
         return q
@@ -514,7 +524,7 @@ class TestLaneClientOnPostgres(TestLaneClientOnServer):
     kind = "actor-postgres"
 
     @pytest.fixture
-    async def backend(self, tmp_path: Path, pg_dsn: str) -> AsyncIterator[Backend]:
+    async def backend(self, tmp_path: Path, pg_dsn: str) -> AsyncIterator[ContractTarget]:
         migrate(pg_dsn)
         self.clock = TestManualClock(T0)
         self.server = await start_running(
@@ -595,7 +605,7 @@ class TestTwoReplicasAlternating(BackendContract):
     status_has_receipt_keys = True
 
     @pytest.fixture
-    async def backend(self, tmp_path: Path, pg_dsn: str) -> AsyncIterator[Backend]:
+    async def backend(self, tmp_path: Path, pg_dsn: str) -> AsyncIterator[ContractTarget]:
         migrate(pg_dsn)
         self.clock = TestManualClock(T0)
         self.servers = [
@@ -613,7 +623,7 @@ class TestTwoReplicasAlternating(BackendContract):
             for srv in self.servers:
                 await srv.stop()
 
-    def peer(self, machine: str, claim: str | None) -> Backend:
+    def peer(self, machine: str, claim: str | None) -> ContractTarget:
         alt = Alternating([LaneClient(srv.url, srv.token, machine, claim) for srv in self.servers])
         self.opened.append(alt)
         return alt
