@@ -53,8 +53,10 @@ ENGINE_MODULES = (
     "coordinator.engine.lane_views",
     "coordinator.engine.model",
     "coordinator.engine.operations",
+    "coordinator.engine.overview",
     "coordinator.engine.receipts",
     "coordinator.engine.store",
+    "coordinator.engine.transaction",
     "coordinator.engine.unenforced",
     "coordinator.engine.views",
 )
