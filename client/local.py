@@ -30,7 +30,6 @@ import secrets
 import sqlite3
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -49,8 +48,7 @@ from client.errors import (
 from client.local_fs import check_state_dir
 from coordinator import constants as C
 from coordinator.engine.commands import Acquire, Cooldown, Heartbeat, Release, TicketCall
-from coordinator.engine.lane import LaneCore
-from coordinator.engine.model import Change, Effects, LaneSettings, PutTicket, TicketState
+from coordinator.engine.model import Change, LaneSettings, LaneSnapshot, PutTicket, TicketState
 from coordinator.engine.operations import (
     AcquireOp,
     AwaitOp,
@@ -62,7 +60,7 @@ from coordinator.engine.operations import (
     StatusOp,
     detached,
 )
-from coordinator.engine.store import Reads, lane_now
+from coordinator.engine.transaction import LaneMemory, LaneTransaction, run_locked
 from coordinator.errors import StoreError
 from coordinator.protocol import constants as P
 from coordinator.protocol import requests as S
@@ -116,17 +114,20 @@ def _client_error(exc: LaneError) -> LaneClientError:
     return error_for(exc.code, exc.status, exc.message)
 
 
-@dataclass(slots=True)
-class _Kept:
-    """A lane's core kept between calls, valid while the file is at `version`.
-
-    `persisted` is each live ticket's `last_seen_at` as the file holds it: a keep-alive the
+class _LocalMemory(LaneMemory):
+    """A lane's memory kept between calls (used while the file is at its version), with
+    each live ticket's `last_seen_at` as the file holds it (`persisted`): a keep-alive the
     keep-alive rule does not write is taken back, as a rebuild from the file would."""
 
-    core: LaneCore
-    version: int
-    last_now: float | None
-    persisted: dict[str, float] = field(default_factory=dict)
+    def __init__(self, lane: str, settings: LaneSettings) -> None:
+        # full_window=False: keep each waiter's stored keep-alive (the coordinator's
+        # "restart grants a full window" rule would make local waiters immortal)
+        super().__init__(lane, settings, LOCAL_KIND, full_window=False)
+        self.persisted: dict[str, float] = {}
+
+    def adopt(self, snap: LaneSnapshot, clock_now: float) -> None:
+        super().adopt(snap, clock_now)
+        self.persisted = {t.ticket_id: t.last_seen_at for t in snap.live}
 
 
 class LocalQueue(BackendBase):
@@ -177,7 +178,7 @@ class LocalQueue(BackendBase):
             incidents_retained=C.INCIDENTS_RETAINED,
         )
         self._stores: dict[str, SqliteLaneStore] = {}
-        self._kept: dict[str, _Kept] = {}
+        self._kept: dict[str, _LocalMemory] = {}
         self.reuse_core = True  # False: rebuild the core from the file on every call
         self._lock = threading.Lock()
 
@@ -242,72 +243,43 @@ class LocalQueue(BackendBase):
             raise _client_error(exc) from None
 
     def _transaction(self, lane: str, op: Operation[T]) -> T:
-        """One lane transaction: begin, (re)load when the file moved on, advance, the
-        operation, apply, finish. A refusal (LaneError) is raised after COMMIT; any other
-        failure rolls the transaction back and forgets the kept core."""
+        """One lane transaction (coordinator/engine/transaction.py `run_locked`): lock,
+        (re)load when the file moved on, the operation and the keep-alives due, COMMIT. A
+        refusal (LaneError) is raised after COMMIT; any other failure rolls back and forgets
+        the kept memory."""
         store = self._store(lane)
-        head = store.begin()
-        try:
-            kept = self._kept.pop(lane, None)
-            if kept is None or kept.version != head.version or not self.reuse_core:
-                snap = store.load()
-                # now=0.0: keep each waiter's persisted keep-alive (the coordinator's
-                # "restart grants a full window" rule would make local waiters immortal).
-                core = LaneCore(lane, self._settings, snap, 0.0, coordinator=LOCAL_KIND)
-                persisted = {t.ticket_id: t.last_seen_at for t in snap.live}
-                kept = _Kept(core, snap.version, snap.last_now, persisted)
-            core = kept.core
-            now = lane_now(self._clock(), head.last_now, kept.last_now)
-            changes: list[Change] = list(core.advance(now).changes)
-            store.apply(changes)
-            refused: LaneError | None = None
-            result: T | None = None
-            reads = Reads.perform(store, op.needs(core))  # sees the advance's changes
-            try:
-                done = op.run(core, now, reads)
-                result, fx = done.reply, done.fx
-            except LaneError as exc:
-                refused, fx = exc, Effects()
-            keepalives = self._keepalives(core, kept.persisted, fx)
-            store.apply([*fx.changes, *keepalives])
-            changes += [*fx.changes, *keepalives]
-            if changes:
-                kept.version = store.finish(core.next_deadline(), now)
-            else:
-                store.abort()  # nothing written: no new version
-            kept.last_now = now
-            self._settle_keepalives(kept, changes)
-        except BaseException:
-            store.abort()
-            raise
-        self._kept[lane] = kept
-        if refused is not None:
-            raise refused
-        assert result is not None
-        return result
-
-    @staticmethod
-    def _keepalives(core: LaneCore, persisted: dict[str, float], fx: Effects) -> list[PutTicket]:
-        written = {ch.ticket.ticket_id for ch in fx.changes if isinstance(ch, PutTicket)}
-        out = []
-        for tid, t in core.live.items():
-            if t.state is not TicketState.QUEUED or tid in written or tid not in persisted:
-                continue
-            if t.last_seen_at - persisted[tid] >= KEEPALIVE_PERSIST_SECONDS:
-                out.append(PutTicket(t))
-        return out
-
-    @staticmethod
-    def _settle_keepalives(kept: _Kept, changes: list[Change]) -> None:
-        """After COMMIT: remember what the file holds; take back unwritten keep-alives."""
-        for ch in changes:
+        memory = self._kept.pop(lane, None) or _LocalMemory(lane, self._settings)
+        if not self.reuse_core:
+            memory.forget()
+        done = run_locked(
+            store, memory, [op], self._clock, extra=lambda txn: self._keepalives(txn, memory)
+        )
+        if done.open:
+            store.abort()  # nothing written: no new version
+        for ch in done.fx.changes:
             if isinstance(ch, PutTicket):
-                kept.persisted[ch.ticket.ticket_id] = ch.ticket.last_seen_at
-        core = kept.core
-        kept.persisted = {tid: at for tid, at in kept.persisted.items() if tid in core.live}
-        for tid, at in kept.persisted.items():
-            if core.live[tid].last_seen_at != at:
+                memory.persisted[ch.ticket.ticket_id] = ch.ticket.last_seen_at
+        live = memory.core.live if memory.core is not None else {}
+        memory.persisted = {t: at for t, at in memory.persisted.items() if t in live}
+        self._kept[lane] = memory
+        return done.outcomes[0].result()  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _keepalives(txn: LaneTransaction, memory: _LocalMemory) -> list[Change]:
+        """Waiter keep-alives are written at most every KEEPALIVE_PERSIST_SECONDS per ticket
+        (other processes see only the file); one not written is taken back in memory."""
+        core = txn.core
+        written = {ch.ticket.ticket_id for ch in txn.fx.changes if isinstance(ch, PutTicket)}
+        out: list[Change] = []
+        for tid, t in core.live.items():
+            at = memory.persisted.get(tid)
+            if t.state is not TicketState.QUEUED or tid in written or at is None:
+                continue
+            if t.last_seen_at - at >= KEEPALIVE_PERSIST_SECONDS:
+                out.append(PutTicket(t))
+            elif t.last_seen_at != at:
                 core.restore_keepalive(tid, at)
+        return out
 
     async def _run(self, lane: str, op: Operation[T]) -> T:
         return await asyncio.to_thread(self._run_sync, lane, op)

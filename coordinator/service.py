@@ -11,10 +11,8 @@ from __future__ import annotations
 import asyncio
 import secrets
 import uuid
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from coordinator.actor.jobs import Ctx, operation_job
 from coordinator.actor.registry import LaneRegistry
 from coordinator.clock import Clock
 from coordinator.engine import unenforced
@@ -43,18 +41,18 @@ from coordinator.engine.operations import (
     evidence_reply,
     unknown_job,
 )
-from coordinator.engine.unenforced import UNLIMITED_PREFIX
-from coordinator.engine.views import (
-    history_row,
-    incident_row,
-    log_row,
-    outcome_counts,
-    receipt_summary,
+from coordinator.engine.overview import (
+    IncidentsOp,
+    LaneView,
+    OverviewOp,
+    SummaryOp,
+    overview_lane,
 )
+from coordinator.engine.unenforced import UNLIMITED_PREFIX
+from coordinator.engine.views import outcome_counts
 from coordinator.errors import StoreError
 from coordinator.protocol import replies as wire
 from coordinator.protocol.constants import (
-    OVERVIEW_PROJECTS_LIMIT,
     RECENT_RECEIPTS_LIMIT,
     STATUS_QUEUED_LIMIT,
 )
@@ -81,11 +79,18 @@ class LaneService:
     def enforced(self, lane: str) -> bool:
         return self.config.capacity(lane) is not None  # lane_settings, unbuilt
 
-    async def _job(self, lane: str, job: Any, *, create: bool = False) -> Any:
-        actor = await self.registry.get(lane, create=create)
+    async def _submit(
+        self,
+        lane: str,
+        op: Operation[R],
+        parked: list[asyncio.Future[None]] | None = None,
+    ) -> R:
+        """`op` in the lane's actor (opened on demand); _NoLane when the lane has no store
+        yet and `op` does not make one."""
+        actor = await self.registry.get(lane, create=op.creates)
         if actor is None:
             raise _NoLane()
-        return await actor.submit(job)
+        return await actor.submit(op, parked)
 
     def _settings(self, lane: str) -> LaneSettings:
         settings = self.config.lane_settings(lane)
@@ -107,7 +112,7 @@ class LaneService:
         """An engine operation as one job in the lane's actor; a lane with no file yet is
         answered from an empty core (a ticket call there is not-found) and nothing is made."""
         try:
-            result: R = await self._job(lane, operation_job(op, parked), create=op.creates)
+            result: R = await self._submit(lane, op, parked)
         except _NoLane:
             return detached(op, lane, self._settings(lane), self.clock.now(), self.kind)
         return result
@@ -201,11 +206,8 @@ class LaneService:
                 )
                 continue
 
-            async def job(ctx: Ctx) -> wire.LaneSummary:
-                return ctx.core.summary(ctx.now)
-
             try:
-                out.append(await self._job(lane, job))
+                out.append(await self._submit(lane, SummaryOp()))
             except _NoLane:
                 out.append(self._empty_core(lane).summary(self.clock.now()))
             except StoreError as exc:  # this lane's file cannot be opened: report it
@@ -221,12 +223,9 @@ class LaneService:
             if not self.enforced(name):
                 continue
 
-            async def job(ctx: Ctx, name: str = name) -> list[wire.Incident]:
-                found = await ctx.read(ctx.actor.store.incidents, limit)
-                return [incident_row(name, i, inc) for i, inc in found]
-
             try:
-                rows.extend(await self._job(name, job))
+                found: list[wire.Incident] = await self._submit(name, IncidentsOp(limit))
+                rows.extend(found)
             except StoreError:
                 if lane is not None:
                     raise  # asked for this lane: 503 with the reason
@@ -278,48 +277,14 @@ class LaneService:
             ),
         )
 
-    async def _overview_lane(self, lane: str, q: OverviewParams) -> _LaneView:
-        in_log = q.lane is None or q.lane == lane
+    async def _overview_lane(self, lane: str, q: OverviewParams) -> LaneView:
         if not self.enforced(lane):
-            return _LaneView(_overview_lane(self._unenforced_status(lane)), [], [])
-
-        async def job(ctx: Ctx) -> _LaneView:
-            core = ctx.core
-            store = ctx.actor.store
-            status = core.status(ctx.now, q.queued)
-            # one history read serves the timeline and, unfiltered, the render log
-            shared = in_log and q.project is None
-            n = max(q.history, q.limit) if shared else q.history
-            tickets = await ctx.read(store.history, n, None) if n else []
-            logged = tickets[: q.limit] if shared else []
-            if in_log and not shared:
-                logged = await ctx.read(store.history, q.limit, q.project)
-            rows = [history_row(t) for t in tickets[: q.history]]
-            recs = await ctx.read(store.recent_receipts, RECENT_RECEIPTS_LIMIT)
-            found = await ctx.read(store.incidents, q.incidents)
-            live = [t.project for t in core.live.values()]
-            served = sorted(core.served, key=lambda p: core.served[p], reverse=True)
-            view = _overview_lane(
-                status,
-                history=wire.LaneHistory(entries=rows, retained=core.history_count),
-                recent_receipts=[receipt_summary(r) for r in recs[: q.receipts]],
-                receipt_mismatches=[
-                    receipt_summary(r) for r in recs if r.content_hash_verified is False
-                ],
-                projects=_projects([*live, *served, *(t.project for t in tickets)]),
-            )
-            return _LaneView(
-                view,
-                [incident_row(lane, i, inc) for i, inc in found],
-                [log_row(lane, t) for t in logged],
-            )
-
+            return LaneView(overview_lane(self._unenforced_status(lane)), [], [])
         try:
-            result: _LaneView = await self._job(lane, job)
+            return await self._submit(lane, OverviewOp(q))
         except (_NoLane, StoreError):  # a broken lane: listed empty (/v1/lanes says why)
             status = self._empty_core(lane).status(self.clock.now(), q.queued)
-            result = _LaneView(_overview_lane(status), [], [])
-        return result
+            return LaneView(overview_lane(status), [], [])
 
     async def evidence(self, lane: str, ticket_id: str | None) -> wire.EvidenceReply:
         if self.enforced(lane):
@@ -327,44 +292,6 @@ class LaneService:
         # unenforced: the coordinator keeps nothing of its tickets
         job = None if ticket_id is None else unknown_job(ticket_id)
         return evidence_reply(lane, False, None, job, self.clock.now(), self.kind)
-
-
-def _overview_lane(
-    status: wire.StatusReply,
-    *,
-    history: wire.LaneHistory | None = None,
-    recent_receipts: list[wire.ReceiptSummary] | None = None,
-    receipt_mismatches: list[wire.ReceiptSummary] | None = None,
-    projects: list[str] | None = None,
-) -> wire.OverviewLane:
-    """A lane's status plus the overview's bounded reads; a lane with no file yet, or an
-    unenforced one, has empty lists and `retained: 0`."""
-    return wire.OverviewLane(
-        lane=status.lane,
-        enforced=status.enforced,
-        capacity=status.capacity,
-        held=status.held,
-        queued=status.queued,
-        queued_total=status.queued_total or 0,
-        pause=status.pause,
-        now=status.now,
-        history=history or wire.LaneHistory(entries=[], retained=0),
-        recent_receipts=recent_receipts or [],
-        receipt_mismatches=receipt_mismatches or [],
-        projects=projects or [],
-    )
-
-
-@dataclass
-class _LaneView:
-    lane: wire.OverviewLane
-    incidents: list[wire.Incident]
-    log: list[wire.LogEntry]
-
-
-def _projects(names: list[str]) -> list[str]:
-    """Distinct names in the given (most recent first) order, cut, then sorted."""
-    return sorted(list(dict.fromkeys(names))[:OVERVIEW_PROJECTS_LIMIT])
 
 
 class _NoLane(Exception):

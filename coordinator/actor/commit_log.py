@@ -8,7 +8,7 @@ in one write (`coordinator.logs.batched`), and nothing is built below the `info`
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -16,12 +16,12 @@ from coordinator.engine.model import Effects, PutIncident, PutPause, PutReceipt,
 from coordinator.logs import batched, enabled
 
 if TYPE_CHECKING:
-    from coordinator.actor.lane_actor import LaneActor
+    from coordinator.actor.base import LaneActor
 
 log = structlog.get_logger("coordinator.actor")
 
 
-def report_group(actor: LaneActor, fx: Effects, operations: int, seconds: float) -> None:
+def report_group(actor: LaneActor[Any], fx: Effects, operations: int, seconds: float) -> None:
     """A group is durable: tell the metrics observer what was committed and how the lane
     stands now (a failure there is logged and never fails a reply), then log it."""
     try:

@@ -20,27 +20,15 @@ import contextlib
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from coordinator.constants import STORE_THREADS
-from coordinator.engine.model import Change
 
 COMMIT_THREADS = STORE_THREADS  # commits running at once (one fsync each), across lanes
 IDLE_EXIT_SECONDS = 10.0
 
 Done = Callable[[Any, BaseException | None], None]  # (result, error), on the loop thread
 _Item = tuple[Callable[..., Any], tuple[Any, ...], Done]
-
-
-class Prepares(Protocol):
-    """A store whose group commit is split (coordinator/store/sqlite_writes.py): the group
-    is written on the event loop, its COMMIT runs on a commit thread."""
-
-    def prepare_group(
-        self, version: int, changes: list[Change], next_deadline: float | None, last_now: float
-    ) -> tuple[bool, int] | None: ...
-
-    def commit_prepared(self, version: int) -> int: ...
 
 
 class Committer:

@@ -15,11 +15,11 @@ from typing import Any, TypeVar
 
 import structlog
 
+from coordinator.actor.base import LaneActor
 from coordinator.actor.deadlines import LaneDeadlines
 from coordinator.actor.descriptors import ConnectionLru, lane_budget, open_file_limit
-from coordinator.actor.jobs import Ctx, noop_job
-from coordinator.actor.lane_actor import LaneActor
-from coordinator.actor.shared_actor import SharedLaneActor
+from coordinator.actor.locking import LockingLaneActor
+from coordinator.actor.pipelined import PipelinedLaneActor
 from coordinator.clock import Clock
 from coordinator.config import Config
 from coordinator.constants import (
@@ -30,6 +30,7 @@ from coordinator.constants import (
     PARKED_RECHECK_SECONDS,
     STORE_THREADS,
 )
+from coordinator.engine.store import LockingStore, PipelinedStore
 from coordinator.errors import StoreError
 from coordinator.logs import RateLimitedLog
 from coordinator.metrics import NULL_METRICS, LaneObserver
@@ -39,13 +40,6 @@ from coordinator.store.storage import Storage
 
 log = structlog.get_logger("coordinator.registry")
 T = TypeVar("T")
-
-
-async def reopen_job(ctx: Ctx) -> None:
-    """Open the lane's file again if it was let go of (after what is pending commits)."""
-    resume = getattr(ctx.actor.store, "resume", None)
-    if resume is not None:
-        await ctx.read(resume)
 
 
 RESCAN_SECONDS = 1.0  # at the limit, the stored lanes are listed again at most once a second
@@ -68,8 +62,8 @@ class LaneRegistry:
         # thread: one thread per transaction it may run at once, and two for the rest.
         threads = max(STORE_THREADS, (storage.max_transactions or 0) + 2)  # + probes, polls
         self.executor = ThreadPoolExecutor(threads, thread_name_prefix="lane-store")
-        self._actors: dict[str, LaneActor] = {}
-        self._opening: dict[str, asyncio.Task[LaneActor]] = {}
+        self._actors: dict[str, LaneActor[Any]] = {}
+        self._opening: dict[str, asyncio.Task[LaneActor[Any]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._firing: dict[str, asyncio.Task[None]] = {}  # lanes the alarm poller is waking
         self._failed: dict[str, str] = {}  # lane -> why its store cannot be opened or read
@@ -180,7 +174,7 @@ class LaneRegistry:
         if actor is not None and actor.idle():
             await self._close(lane)
         elif actor is not None:
-            log.info("lane.rearmed", lane=lane, live=len(actor.core.live) if actor.core else 0)
+            log.info("lane.rearmed", lane=lane, live=actor.live_count())
 
     async def not_ready_reason(self) -> str | None:
         """Why no change could be committed now (None: ready). The store is probed at most
@@ -212,7 +206,7 @@ class LaneRegistry:
         """Lanes whose file could not be opened or read at their last attempt."""
         return len(self._failed)
 
-    async def get(self, lane: str, *, create: bool) -> LaneActor | None:
+    async def get(self, lane: str, *, create: bool) -> LaneActor[Any] | None:
         """The lane's actor, opened on demand; None when it has no file and create is False."""
         if self._closing:
             raise Unavailable("coordinator is shutting down")
@@ -243,16 +237,24 @@ class LaneRegistry:
         await self._backpressure()
         return opened
 
-    async def _open(self, lane: str) -> LaneActor:
+    async def _open(self, lane: str) -> LaneActor[Any]:
         settings = self.config.lane_settings(lane)
         assert settings is not None
         self._touched(lane)  # the file opens now: it counts against the budget already
         await self._backpressure()
         store = self.storage.make_store(lane)
-        cls = SharedLaneActor if self.storage.shared else LaneActor
-        actor = cls(lane, settings, store, self.executor, self.clock, self.metrics, kind=self.kind)
-        if isinstance(actor, SharedLaneActor):
-            actor.txn_slots = self._txn_slots
+        actor: LaneActor[Any]
+        if self.storage.shared:
+            assert isinstance(store, LockingStore)
+            actor = LockingLaneActor(
+                lane, settings, store, self.executor, self.clock, self.metrics,
+                kind=self.kind, txn_slots=self._txn_slots,
+            )  # fmt: skip
+        else:
+            assert isinstance(store, PipelinedStore)
+            actor = PipelinedLaneActor(
+                lane, settings, store, self.executor, self.clock, self.metrics, kind=self.kind
+            )
         if self._draining:
             actor.drain()
         try:
@@ -329,7 +331,7 @@ class LaneRegistry:
         opened again now (a job, on a store thread), so the alarm's commit does not wait for
         the file; a few at a time (a burst of alarms must not push each other out)."""
         actor = self._actors.get(lane)
-        if actor is None or actor.closed or actor.store.connected:
+        if actor is None or actor.closed or actor.connected:
             return
         if len(self._preopening) >= max(1, self._lru.budget // 4):
             return
@@ -338,9 +340,8 @@ class LaneRegistry:
         task.add_done_callback(self._preopening.discard)
 
     @staticmethod
-    async def _reopen(actor: LaneActor) -> None:
-        with contextlib.suppress(LaneError):
-            await actor.submit(reopen_job)
+    async def _reopen(actor: LaneActor[Any]) -> None:
+        await actor.resume_store()
 
     async def _backpressure(self) -> None:
         """Lanes pushed out of the descriptor budget close their file in a job of their own;
@@ -354,7 +355,7 @@ class LaneRegistry:
         holds no descriptor); their memory and alarms stay."""
         now = self.clock.now()
         for lane, actor in list(self._actors.items()):
-            if actor.store.connected and now - actor.last_used >= quiet_seconds:
+            if actor.connected and now - actor.last_used >= quiet_seconds:
                 self._lru.forget(lane)
                 await actor.suspend_store()
 
@@ -431,7 +432,7 @@ class LaneRegistry:
         try:
             actor = await self.get(lane, create=False)
             if actor is not None:
-                await actor.submit(noop_job)
+                await actor.tick()
         except LaneError:
             pass  # the lane answers 503 (logged where it failed); the next poll tries again
         finally:

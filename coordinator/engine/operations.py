@@ -177,6 +177,23 @@ class ReceiptOp:
         return Result((201 if stored else 200, reply), answered(core, now, fx))
 
 
+@dataclass(slots=True, frozen=True)
+class TickOp:
+    """Nothing but the lane's clock: whatever fell due (expiries, grants, a pause ending) is
+    done — the alarm, and a lane's first operation after it opens."""
+
+    creates: bool = False
+
+    def needs(self, core: LaneCore) -> Needs:
+        return NO_NEEDS
+
+    def run(self, core: LaneCore, now: float, reads: Reads) -> Result[None]:
+        return Result(None)
+
+
+TICK = TickOp()
+
+
 # ---------------------------------------------------------------- reads
 
 

@@ -47,7 +47,7 @@ from coordinator.engine.model import (
     Receipt,
     Ticket,
 )
-from coordinator.engine.store import LaneHead
+from coordinator.engine.store import LaneHead, LockingStore
 from coordinator.errors import StoreError
 from coordinator.store.postgres_db import (
     NOTIFY_CHANNEL,
@@ -135,7 +135,7 @@ _LOAD_SEEN = (
 # ---------------------------------------------------------------- the store
 
 
-class PostgresLaneStore:
+class PostgresLaneStore(LockingStore):
     """All SQL of one lane in the shared database. Calls are synchronous; the caller
     serializes them per store (several stores, in one process or in several replicas, may
     serve the same lane: `begin` makes them take turns). A transaction holds one session from
@@ -184,6 +184,9 @@ class PostgresLaneStore:
     def suspend(self) -> None:
         return None
 
+    def resume(self) -> None:
+        return None
+
     def close(self) -> None:
         self.abort()
         self._opened = False
@@ -217,9 +220,6 @@ class PostgresLaneStore:
             return schema_status(db)
 
     # ---------------------------------------------------------------- the lane transaction
-
-    def begin(self) -> LaneHead:
-        return self.begin_load(load=False)[0]
 
     def begin_load(self, *, load: bool) -> tuple[LaneHead, LaneSnapshot | None]:
         """`begin`, in one round trip (BEGIN and the locking SELECT pipelined); with `load`
@@ -292,11 +292,6 @@ class PostgresLaneStore:
         except psycopg.Error as exc:
             raise StoreError(f"cannot write to lane store for {self.lane}") from exc
 
-    def finish(self, next_deadline: float | None, last_now: float, notify: bool = False) -> int:
-        """COMMIT; with `notify`, every replica LISTENing hears the lane's name once the
-        transaction commits (PostgreSQL sends notifications at COMMIT, never before)."""
-        return self.commit((), next_deadline, last_now, notify)
-
     def commit(
         self,
         changes: Sequence[Change],
@@ -304,9 +299,11 @@ class PostgresLaneStore:
         last_now: float,
         notify: bool = False,
     ) -> int:
-        """`apply` and `finish` in one round trip: the changes, version + 1, the NOTIFY and
-        COMMIT pipelined. A lost lanes row fails the version's statement (a division by
-        zero), so the COMMIT after it rolls back instead: nothing of the group is kept."""
+        """One round trip: the changes, version + 1, the NOTIFY and COMMIT pipelined (with
+        `notify`, every replica LISTENing hears the lane's name once the transaction commits:
+        PostgreSQL sends notifications at COMMIT, never before). A lost lanes row fails the
+        version's statement (a division by zero), so the COMMIT after it rolls back instead:
+        nothing of the group is kept."""
         db = self._txn
         if db is None:
             raise StoreError(f"lane store for {self.lane}: commit outside a transaction")

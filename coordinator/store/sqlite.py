@@ -1,8 +1,9 @@
 """SQLite lane store: one file per lane, WAL, synchronous=FULL, numbered migrations.
 
-Implements `coordinator.engine.store.LaneStore`: `begin` is BEGIN IMMEDIATE (serializes
-writers across processes) and reads the `lane_head` row; `finish` writes version + 1,
-next_deadline and last_now there and COMMITs. Hosts never see the connection.
+Both store modes of `coordinator.engine.store` (coordinator/store/sqlite_writes.py): a
+transaction is BEGIN IMMEDIATE (serializes writers across processes) and reads the
+`lane_head` row; its commit writes version + 1, next_deadline and last_now there and
+COMMITs. Hosts never see the connection.
 
 Row mapping and shared SQL are in coordinator/store/rows.py, the migrations runner in
 coordinator/store/migrate.py, file modes and raw copies in coordinator/store/files.py."""
@@ -252,7 +253,7 @@ class SqliteLaneStore(SqliteTransaction):
             raise StoreError(f"lane store for {self.lane}: an older schema (disk full)")
         self._read_only = True
 
-    def begin(self) -> LaneHead:
+    def begin_load(self, *, load: bool) -> tuple[LaneHead, LaneSnapshot | None]:
         if self._read_only:  # opened read-only on a full disk: writable again?
             self.close()
             try:
@@ -264,7 +265,7 @@ class SqliteLaneStore(SqliteTransaction):
                 raise StoreError(
                     f"lane store for {self.lane}: the disk is full; reads only", reason="ENOSPC"
                 )
-        return super().begin()
+        return super().begin_load(load=load)
 
     def _open_existing(self) -> None:
         # Several processes opening a new file at once (the client's local queue) can find it

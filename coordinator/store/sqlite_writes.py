@@ -1,6 +1,7 @@
 """The SQLite lane store's lane transaction and write path (`SqliteTransaction`, which
-`SqliteLaneStore` builds on): begin / apply / finish / abort, and the lane actor's group
-commit in as few statements, and as few GIL hand-offs, as it takes.
+`SqliteLaneStore` builds on): the locking transaction (begin_load / apply / commit / abort)
+of the client's local queue, and the lane actor's pipelined group commit in as few
+statements, and as few GIL hand-offs, as it takes.
 
 Every statement run on a store thread is a GIL hand-off (the sqlite3 module lets go of the
 GIL around each step and must take it back from the busy event loop), so:
@@ -19,13 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
 from coordinator.constants import STORE_BUSY_TIMEOUT_MS
 from coordinator.engine.model import (
     Change,
+    LaneSnapshot,
     PruneHistory,
     PruneIncidents,
     PruneMachinesSeen,
@@ -37,7 +39,7 @@ from coordinator.engine.model import (
     PutReceipt,
     PutTicket,
 )
-from coordinator.engine.store import LaneHead
+from coordinator.engine.store import Group, LaneHead, LockingStore, PipelinedStore, StaleLane
 from coordinator.errors import StoreError
 from coordinator.store.rows import (
     ENDED,
@@ -87,9 +89,12 @@ _PRUNE_INCIDENTS = (
 Counters = tuple[int, int]  # (last_fence, next_seq)
 
 
-class SqliteTransaction(ABC):
+class SqliteTransaction(PipelinedStore, LockingStore):
     """The lane transaction of one lane file (the base of SqliteLaneStore, which gives the
-    connection (`_conn`), `lane` and `_head`). Calls are serialized per lane by the caller."""
+    connection (`_conn`), `lane` and `_head`), in both modes: pipelined for the
+    coordinator's lane actor (this process is the lane's only writer), locking for the
+    client's local queue (processes on one computer share the file; BEGIN IMMEDIATE
+    serializes them). Calls are serialized per lane by the caller."""
 
     lane: str
     _db: sqlite3.Connection | None
@@ -111,9 +116,13 @@ class SqliteTransaction(ABC):
     def _head(self) -> LaneHead:
         """The `lane_head` row (StoreError when the file has none)."""
 
-    # ---------------------------------------------------------------- LaneStore
+    @abstractmethod
+    def _load(self) -> LaneSnapshot:
+        """The lane's state, read inside the open transaction."""
 
-    def begin(self) -> LaneHead:
+    # ---------------------------------------------------------------- LockingStore
+
+    def begin_load(self, *, load: bool) -> tuple[LaneHead, LaneSnapshot | None]:
         db = self._conn
         if db.in_transaction:
             raise StoreError(f"lane store for {self.lane}: a transaction is already open")
@@ -124,11 +133,12 @@ class SqliteTransaction(ABC):
             raise StoreError(f"lane store for {self.lane} is busy") from exc
         try:
             head = self._head()
+            snap = self._load() if load else None
         except BaseException:
             self.abort()
             raise
         self._began(head.version)
-        return head
+        return head, snap
 
     def apply(self, changes: Sequence[Change]) -> None:
         if not self._conn.in_transaction:
@@ -138,20 +148,28 @@ class SqliteTransaction(ABC):
         except sqlite3.Error as exc:
             raise StoreError(f"cannot write to lane store for {self.lane}") from exc
 
-    def finish(self, next_deadline: float | None, last_now: float, notify: bool = False) -> int:
-        """COMMIT (`notify` is for stores shared by replicas: one file has one server)."""
+    def commit(
+        self,
+        changes: Sequence[Change],
+        next_deadline: float | None,
+        last_now: float,
+        notify: bool = False,
+    ) -> int:
+        """The changes, the head, COMMIT (`notify` is for stores shared by replicas: one
+        file has one server)."""
         db = self._conn
-        version = self._txn_version  # read by `begin`, under the write lock
+        version = self._txn_version  # read by `begin_load`, under the write lock
         if not db.in_transaction or version is None:
-            raise StoreError(f"lane store for {self.lane}: finish outside a transaction")
+            raise StoreError(f"lane store for {self.lane}: commit outside a transaction")
         try:
+            self.apply(changes)
             if not self._raise_head(db, version, next_deadline, last_now):
                 raise StoreError(f"lane store for {self.lane}: its lane_head row moved")
             db.execute("COMMIT")
         except sqlite3.Error as exc:
             self.abort()
             raise StoreError(f"cannot commit to lane store for {self.lane}") from exc
-        except StoreError:
+        except BaseException:
             self.abort()
             raise
         return self._committed(version + 1)
@@ -162,46 +180,38 @@ class SqliteTransaction(ABC):
             with contextlib.suppress(sqlite3.Error):
                 db.execute("ROLLBACK")
 
-    # ---------------------------------------------------------------- the actor's group commit
+    # ---------------------------------------------------------------- PipelinedStore
 
-    def commit_group(
-        self, version: int, changes: Sequence[Change], next_deadline: float | None, last_now: float
-    ) -> tuple[bool, int]:
-        """begin, apply and finish on a store thread (the fallback of `prepare_group`).
-        `begin` waits for another process's lock, and reopens a lane opened read-only on a
-        full disk (SqliteLaneStore.begin). (True, the new version), or (False, the version
-        found) when the lane is not at `version` (another writer): then nothing was written."""
+    def commit_group(self, group: Group) -> int:
+        """`begin_load` (it waits for another process's lock, and reopens a lane opened
+        read-only on a full disk), the group, COMMIT."""
         head = self.begin()
-        if head.version != version:
+        if head.version != group.version:
             self.abort()
-            return False, head.version
-        prepared = self._prepare(self._conn, version, changes, next_deadline, last_now)
-        if prepared[0]:
-            self.commit_prepared(prepared[1])
-        return prepared
+            raise _stale(self.lane, head.version, group.version)
+        self._prepare(self._conn, group)
+        return self.commit_prepared(group)
 
-    def prepare_group(
-        self, version: int, changes: Sequence[Change], next_deadline: float | None, last_now: float
-    ) -> tuple[bool, int] | None:
+    def prepare_group(self, group: Group) -> bool:
         """On the event loop: BEGIN IMMEDIATE (never waiting for the lock: the connection's
         busy_timeout is 0 from its first prepared group on, until a store-thread transaction
-        sets it back), the head, the changes; `commit_prepared` (on a store thread) COMMITs
-        them. None when it cannot be done here — the connection is closed (reopening it is
-        file I/O), it was opened read-only (a full disk), or another process holds the
-        lane's write lock: nothing was started; `commit_group` on a store thread."""
+        sets it back), the head, the changes. False when it cannot be done here — the
+        connection is closed (reopening it is file I/O), it was opened read-only (a full
+        disk), or another process holds the lane's write lock: nothing was started."""
         db = self._db
         if db is None or db.in_transaction or self._read_only:
-            return None
+            return False
         if self._nowait is not db:  # once per connection: toggling it costs every statement
             db.execute("PRAGMA busy_timeout = 0")
             self._nowait = db
         try:
             db.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError:
-            return None  # locked (by another process): wait for it on a store thread
-        return self._prepare(db, version, changes, next_deadline, last_now)
+            return False  # locked (by another process): wait for it on a store thread
+        self._prepare(db, group)
+        return True
 
-    def commit_prepared(self, version: int) -> int:
+    def commit_prepared(self, group: Group) -> int:
         """COMMIT what `prepare_group` wrote (on a store thread: the WAL's write and fsync);
         on any error nothing of it is kept."""
         try:
@@ -212,28 +222,20 @@ class SqliteTransaction(ABC):
         except BaseException:
             self.abort()
             raise
-        return self._committed(version)
+        return self._committed(group.version + 1)
 
-    def _prepare(
-        self,
-        db: sqlite3.Connection,
-        version: int,
-        changes: Sequence[Change],
-        next_deadline: float | None,
-        last_now: float,
-    ) -> tuple[bool, int]:
-        """Inside a transaction just begun: the head (only if at `version`), the changes."""
+    def _prepare(self, db: sqlite3.Connection, group: Group) -> None:
+        """Inside a transaction just begun: the head (only if at the group's version), the
+        changes; StaleLane (rolled back) when another writer moved the lane on."""
         try:
-            if not self._raise_head(db, version, next_deadline, last_now):
+            if not self._raise_head(db, group.version, group.next_deadline, group.last_now):
                 found = self._head().version
-                self.abort()
-                return False, found
-            self._began(version)
-            self.apply(changes)
+                raise _stale(self.lane, found, group.version)
+            self._began(group.version)
+            self.apply(group.changes)
         except BaseException:
             self.abort()
             raise
-        return True, version + 1
 
     def _raise_head(
         self, db: sqlite3.Connection, version: int, next_deadline: float | None, last_now: float
@@ -263,6 +265,10 @@ class SqliteTransaction(ABC):
         counters = self._txn_counters
         self._counters = None if counters is None else (version, counters)
         return version
+
+
+def _stale(lane: str, found: int, expected: int) -> StaleLane:
+    return StaleLane(f"lane {lane} is at version {found}, not {expected}")
 
 
 def write_changes(

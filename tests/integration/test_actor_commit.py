@@ -22,12 +22,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from coordinator.actor.jobs import Ctx, operation_job
-from coordinator.actor.lane_actor import LaneActor
+from coordinator.actor.pipelined import PipelinedLaneActor
 from coordinator.clock import ManualClock
 from coordinator.engine.commands import Acquire, Release, TicketCall
 from coordinator.engine.model import Change, LaneSettings
-from coordinator.engine.operations import StatusOp
+from coordinator.engine.operations import AcquireOp, ReleaseOp, StatusOp
+from coordinator.engine.store import Group
 from coordinator.errors import StoreError
 from coordinator.protocol.constants import STATUS_QUEUED_LIMIT
 from coordinator.protocol.errors import Unavailable
@@ -52,7 +52,7 @@ class GatedStore(SqliteLaneStore):
         super().apply(changes)
         self._applied = len(changes)
 
-    def commit_prepared(self, version: int) -> int:
+    def commit_prepared(self, group: Group) -> int:
         """The COMMIT, on the store thread (the group was written on the event loop)."""
         self.entered.set()
         self.gate.wait(10)
@@ -60,7 +60,7 @@ class GatedStore(SqliteLaneStore):
             self.fail_next = False
             self.abort()
             raise StoreError("disk on fire")
-        done = super().commit_prepared(version)
+        done = super().commit_prepared(group)
         self.commits.append(self._applied)
         return done
 
@@ -77,10 +77,10 @@ def settings(capacity: int = 1) -> LaneSettings:
 
 
 @pytest.fixture
-async def actor(tmp_path: Path) -> AsyncIterator[tuple[LaneActor, GatedStore]]:
+async def actor(tmp_path: Path) -> AsyncIterator[tuple[PipelinedLaneActor, GatedStore]]:
     store = GatedStore(tmp_path / "solo+main.sqlite")
     executor = ThreadPoolExecutor(2)
-    a = LaneActor(LANE, settings(capacity=100), store, executor, ManualClock())
+    a = PipelinedLaneActor(LANE, settings(capacity=100), store, executor, ManualClock())
     await a.start()
     try:
         yield a, store
@@ -96,28 +96,29 @@ def wire(reply: msgspec.Struct) -> dict[str, Any]:
     return out
 
 
-def acquire(n: int, machine: str = "m") -> Any:
-    async def job(ctx: Ctx) -> dict[str, Any]:
-        cmd = Acquire(machine, None, "p", "s", f"h{n}", None, f"t_{n:04d}")
-        reply, fx = ctx.core.acquire(cmd, ctx.now)
-        ctx.fx.extend(fx)
-        return wire(reply)
+class WireOp:
+    """An engine operation whose reply is the JSON object it is on the wire."""
 
-    return job
+    def __init__(self, op: AcquireOp | ReleaseOp) -> None:
+        self.op = op
+        self.creates = op.creates
+
+    def needs(self, core: Any) -> Any:
+        return self.op.needs(core)
+
+    def run(self, core: Any, now: float, reads: Any) -> Any:
+        result = self.op.run(core, now, reads)
+        result.reply = wire(result.reply)  # type: ignore[assignment]
+        return result
+
+
+def acquire(n: int, machine: str = "m") -> Any:
+    return WireOp(AcquireOp(Acquire(machine, None, "p", "s", f"h{n}", None, f"t_{n:04d}")))
 
 
 def release(ticket_id: str) -> Any:
-    async def job(ctx: Ctx) -> dict[str, Any]:
-        ended = None
-        if ticket_id not in ctx.core.live:
-            ended = await ctx.read(ctx.actor.store.get_ticket, ticket_id)
-        reply, fx = ctx.core.release(
-            Release(TicketCall("m", None, ticket_id), "completed", None, None), ctx.now, ended
-        )
-        ctx.fx.extend(fx)
-        return wire(reply)
-
-    return job
+    """A release: once the ticket has ended, it is read from the store first."""
+    return WireOp(ReleaseOp(Release(TicketCall("m", None, ticket_id), "completed", None, None)))
 
 
 def on_disk(path: Path) -> dict[str, str]:
@@ -132,7 +133,9 @@ async def wait_entered(store: GatedStore) -> None:
     assert await asyncio.to_thread(store.entered.wait, 10)
 
 
-async def test_reply_leaves_only_after_its_commit(actor: tuple[LaneActor, GatedStore]) -> None:
+async def test_reply_leaves_only_after_its_commit(
+    actor: tuple[PipelinedLaneActor, GatedStore],
+) -> None:
     a, store = actor
     store.gate.clear()
     store.entered.clear()
@@ -148,7 +151,7 @@ async def test_reply_leaves_only_after_its_commit(actor: tuple[LaneActor, GatedS
 
 
 async def test_jobs_arriving_during_a_commit_join_the_next_group(
-    actor: tuple[LaneActor, GatedStore],
+    actor: tuple[PipelinedLaneActor, GatedStore],
 ) -> None:
     a, store = actor
     before = len(store.commits)
@@ -171,7 +174,7 @@ async def test_jobs_arriving_during_a_commit_join_the_next_group(
 
 
 async def test_a_lane_locked_by_another_process_commits_on_a_store_thread(
-    actor: tuple[LaneActor, GatedStore],
+    actor: tuple[PipelinedLaneActor, GatedStore],
 ) -> None:
     """A group is written on the event loop only when the lane's write lock is free at once:
     while another connection holds it, the loop never waits for it; the group is committed on
@@ -198,7 +201,7 @@ async def test_a_lane_locked_by_another_process_commits_on_a_store_thread(
 
 
 async def test_failed_commit_fails_every_job_built_on_it(
-    actor: tuple[LaneActor, GatedStore],
+    actor: tuple[PipelinedLaneActor, GatedStore],
 ) -> None:
     a, store = actor
     kept = await a.submit(acquire(1))
@@ -224,7 +227,7 @@ async def test_failed_commit_fails_every_job_built_on_it(
     assert on_disk(store.path) == {"t_0001": "held", "t_0002": "held"}
 
 
-async def test_read_commits_pending_first(actor: tuple[LaneActor, GatedStore]) -> None:
+async def test_read_commits_pending_first(actor: tuple[PipelinedLaneActor, GatedStore]) -> None:
     a, store = actor
     r = await a.submit(acquire(1))
     tid = r["ticket"]["ticketId"]
@@ -243,7 +246,7 @@ class RewindableClock(ManualClock):
 
 
 async def test_stale_version_fails_the_group_and_reloads(
-    actor: tuple[LaneActor, GatedStore],
+    actor: tuple[PipelinedLaneActor, GatedStore],
 ) -> None:
     a, store = actor
     kept = await a.submit(acquire(1))
@@ -271,9 +274,9 @@ async def test_lane_clock_never_runs_back(tmp_path: Path) -> None:
     t0 = clock.now()
     executor = ThreadPoolExecutor(2)
     path = tmp_path / "solo+main.sqlite"
-    status = operation_job(StatusOp(STATUS_QUEUED_LIMIT))
+    status = StatusOp(STATUS_QUEUED_LIMIT)
     try:
-        a = LaneActor(LANE, settings(), SqliteLaneStore(path, LANE), executor, clock)
+        a = PipelinedLaneActor(LANE, settings(), SqliteLaneStore(path, LANE), executor, clock)
         await a.start()
         await a.submit(acquire(1))
         clock.rewind(100)
@@ -282,7 +285,7 @@ async def test_lane_clock_never_runs_back(tmp_path: Path) -> None:
         assert second["ticket"]["enqueuedAt"] == t0  # not 100 s before the first
         await a.stop()
         # A restart (or a replica) whose clock is behind starts from the lane's last `now`.
-        b = LaneActor(LANE, settings(), SqliteLaneStore(path, LANE), executor, clock)
+        b = PipelinedLaneActor(LANE, settings(), SqliteLaneStore(path, LANE), executor, clock)
         await b.start()
         try:
             assert (await b.submit(status)).now == t0

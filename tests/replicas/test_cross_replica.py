@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.actor.shared_actor import SharedLaneActor
+from coordinator.actor.locking import LockingLaneActor
 from coordinator.constants import ALARM_POLL_SECONDS, PARKED_RECHECK_SECONDS
 from coordinator.engine.model import LaneSnapshot
 from coordinator.engine.store import LaneHead
@@ -210,7 +210,7 @@ async def test_a_woken_await_reads_the_lane_in_the_round_trip_of_its_lock(
     )
     await asyncio.sleep(0.3)  # parked on replica 2
     actor = await r2.app[REGISTRY_KEY].get(LANE, create=False)
-    assert isinstance(actor, SharedLaneActor) and isinstance(actor.store, PostgresLaneStore)
+    assert isinstance(actor, LockingLaneActor) and isinstance(actor.store, PostgresLaneStore)
     store = actor.store
     calls: list[str] = []
     begin_load, load = store.begin_load, store.load

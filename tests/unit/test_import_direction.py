@@ -53,7 +53,9 @@ ENGINE_MODULES = (
     "coordinator.engine.lane_views",
     "coordinator.engine.model",
     "coordinator.engine.operations",
+    "coordinator.engine.overview",
     "coordinator.engine.store",
+    "coordinator.engine.transaction",
     "coordinator.engine.unenforced",
     "coordinator.engine.views",
 )

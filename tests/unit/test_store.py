@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from coordinator.engine.model import PutCounters, PutReceipt, PutTicket, TicketState
+from coordinator.engine.store import Group, StaleLane
 from coordinator.errors import StoreError
 from coordinator.store.migrate import migrations
 from coordinator.store.sqlite import SqliteLaneStore
@@ -334,19 +335,16 @@ def test_a_prepared_group_commits_and_a_moved_lane_is_refused(
 ) -> None:
     """The actor's split commit: the group is written (prepare_group, on the event loop),
     then COMMITted (commit_prepared, on a store thread); a lane whose version moved on is
-    refused with the version found, and nothing is written."""
+    refused (StaleLane, naming the version found), and nothing is written."""
     version = store.load().version
-    prepared = store.prepare_group(version, [PutTicket(ticket("t1", 1))], T0 + 60, T0)
-    assert prepared == (True, version + 1)
+    first = Group(version, [PutTicket(ticket("t1", 1))], T0 + 60, T0)
+    assert store.prepare_group(first) is True
     assert _rows(path) == {}  # not committed yet
-    assert store.commit_prepared(version + 1) == version + 1
+    assert store.commit_prepared(first) == version + 1
     assert _rows(path) == {"t1": ("queued", None, None, None)}
-    assert store.prepare_group(version, [PutTicket(ticket("t2", 2))], None, T0) == (
-        False,
-        version + 1,
-    )
-    assert store.commit_group(version + 1, [PutTicket(ticket("t2", 2))], None, T0) == (
-        True,
-        version + 2,
+    with pytest.raises(StaleLane, match=f"at version {version + 1}, not {version}"):
+        store.prepare_group(Group(version, [PutTicket(ticket("t2", 2))], None, T0))
+    assert store.commit_group(Group(version + 1, [PutTicket(ticket("t2", 2))], None, T0)) == (
+        version + 2
     )
     assert set(_rows(path)) == {"t1", "t2"}
