@@ -1,4 +1,4 @@
-"""The store contract every host relies on (SQLite now, PostgreSQL next), built around a
+"""The store contract every host relies on (SQLite and PostgreSQL stores), built around a
 LANE TRANSACTION:
 
     head = store.begin()           # lock the lane, read its version and last `now`
