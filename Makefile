@@ -76,8 +76,8 @@ dist: setup
 	$(UV) build --python $(PY) --out-dir dist
 	@ls -1 dist
 
-## make drill: the acceptance drill (SPEC §9): a fresh loopback coordinator, roles A and B as
-## two processes (tests/drill runs the same script in `make test`)
+## make drill: the acceptance drill (docs/protocol.md#acceptance-drill): a fresh loopback
+## coordinator, roles A and B as two processes (tests/drill runs the same script in `make test`)
 drill: setup
 	@BIN=$(BIN) CONFIG=$(CONFIG) bash scripts/drill.sh
 

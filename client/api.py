@@ -1,4 +1,5 @@
-"""`LaneClient`: one async method per SPEC §4 endpoint, typed replies, fail-closed when required.
+"""`LaneClient`: one async method per endpoint (docs/protocol.md#http-api), typed replies,
+fail-closed when required.
 
     async with LaneClient(url, token, "studio-a", claim_id) as lane:
         r = await lane.acquire("seedance-direct:main-unlimited", "proj", "scene-1", "ab12")
@@ -211,9 +212,10 @@ class LaneClient(HttpTransport):
 
     def with_claim(self, claim_id: str | None) -> LaneClient:
         """A sibling for the same coordinator, token, machine, timeouts and retries that sends
-        another claim (None: the machine-only owner rule of SPEC §4.3). It shares this client's
-        HTTP session (close this client, not the sibling). A restarted driver uses it to finish
-        the ticket its crashed predecessor held (client/driver.py). Call it inside the loop."""
+        another claim (None: the machine-only owner rule, docs/protocol.md#owner-rule). It shares
+        this client's HTTP session (close this client, not the sibling). A restarted driver uses
+        it to finish the ticket its crashed predecessor held (client/driver/claim.py). Call it
+        inside the loop."""
         return LaneClient(
             self.url,
             self._token,
@@ -225,7 +227,7 @@ class LaneClient(HttpTransport):
             retry=self.retry,
         )
 
-    # ------------------------------------------------------------------ SPEC §4 endpoints
+    # -------------------------------------------------- endpoints (docs/protocol.md#http-api)
 
     async def acquire(
         self,

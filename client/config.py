@@ -1,4 +1,5 @@
-"""Client settings (SPEC §7): explicit arguments > environment > files, and `connect()`.
+"""Client settings (docs/protocol.md#client-config): explicit arguments > environment > files, and
+`connect()`.
 
 Files, in the config dir (`$LANE_CONFIG_DIR`, else `$XDG_CONFIG_HOME/lane`, else
 `~/.config/lane`):
@@ -96,7 +97,7 @@ def default_state_dir() -> Path:
 
 
 def default_machine_id() -> str:
-    """The host name reduced to SPEC's machineId alphabet (local queue only)."""
+    """The host name reduced to the protocol's machineId alphabet (local queue only)."""
     name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname() or "localhost")[:64]
     return name or "localhost"
 

@@ -1,4 +1,4 @@
-"""Client errors: one class per SPEC error code, transport failures, and the fail-closed one.
+"""Client errors: one class per protocol error code, transport failures, and the fail-closed one.
 
 Every message is composed here or taken from the coordinator's `error.message`; none of them
 carries a token, and none chains an aiohttp exception (their reprs include request headers).
@@ -10,7 +10,7 @@ from typing import ClassVar
 
 
 class LaneClientError(Exception):
-    """A lane call failed. `code` is SPEC's error code (or a client-side one), `status` the
+    """A lane call failed. `code` is the protocol's error code (or a client-side one), `status` the
     HTTP status (0 when there was no HTTP answer)."""
 
     default_code: ClassVar[str] = "error"
@@ -30,7 +30,7 @@ class LaneClientError(Exception):
         return f"{name}(code={self.code!r}, status={self.status}, message={self.message!r})"
 
 
-# ---- SPEC §4 error codes -------------------------------------------------------------
+# ---- error codes (docs/protocol.md#error-codes) -----------------------------------------
 
 
 class BadRequestError(LaneClientError):
@@ -95,7 +95,7 @@ class CoordinatorTimeoutError(LaneClientError):
 
 
 class MalformedReplyError(LaneClientError):
-    """The answer is not JSON, not the shape SPEC fixes, or has an unexpected status."""
+    """The answer is not JSON, not the shape the protocol fixes, or has an unexpected status."""
 
     default_code = "malformed-reply"
 
@@ -149,6 +149,6 @@ BY_CODE: dict[str, type[LaneClientError]] = {
 
 
 def error_for(code: str, status: int, message: str) -> LaneClientError:
-    """The client error class for a SPEC error code (unknown codes keep the base class)."""
+    """The client error class for a protocol error code (unknown codes keep the base class)."""
     cls = BY_CODE.get(code, LaneClientError)
     return cls(code, status, message)

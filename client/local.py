@@ -196,7 +196,7 @@ class LocalQueue(BackendBase):
 
     def with_claim(self, claim_id: str | None) -> LocalQueue:
         """A sibling on the same state dir, files and lock that sends another claim (None: the
-        machine-only owner rule). Close this queue, not the sibling (client/driver.py)."""
+        machine-only owner rule). Close this queue, not the sibling (client/driver/claim.py)."""
         sibling = copy.copy(self)
         sibling.claim_id = claim_id
         return sibling
@@ -312,7 +312,7 @@ class LocalQueue(BackendBase):
 
     async def await_ticket(self, lane: str, ticket_id: str, wait_seconds: float = 30) -> LaneReply:
         """Polls the file every `poll_interval` s until the ticket is no longer queued, the
-        pause starts/ends/changes, or `wait_seconds` pass (SPEC §4.2 semantics)."""
+        pause starts/ends/changes, or `wait_seconds` pass (docs/protocol.md#await semantics)."""
         b = _validate(S.AwaitBody, self._body(lane, ticketId=ticket_id, waitSeconds=wait_seconds))
         deadline = monotonic() + b.wait_seconds
         op = AwaitOp(self._call(b))

@@ -3,7 +3,8 @@
 It owns one event-loop thread; every method submits the async call to it and blocks for the
 answer, so errors (including `PreProviderError`) are raised in the caller's thread.
 
-    with SyncLaneClient.from_settings() as lane:        # shared or local, per SPEC §7
+    # shared or local, per docs/protocol.md#client-config
+    with SyncLaneClient.from_settings() as lane:
         r = lane.acquire("seedance-direct:main-unlimited", "proj", "scene-1", "ab12")
 """
 

@@ -66,7 +66,8 @@ class Config:
         return self.routes.get(route)
 
     def lane_settings(self, lane: str) -> LaneSettings | None:
-        """None when the lane's route has no measured limit (unenforced, SPEC §5)."""
+        """None when the lane's route has no measured limit (unenforced,
+        docs/protocol.md#unenforced)."""
         cap = self.capacity(lane)
         if cap is None:
             return None

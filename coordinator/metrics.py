@@ -43,7 +43,7 @@ from coordinator.engine.model import (
 CONTENT_TYPE: Final = CONTENT_TYPE_LATEST  # text/plain; version=0.0.4; charset=utf-8
 
 RECEIPT_VERDICTS: Final = ("verified", "mismatch", "replay", "conflict")
-NO_OUTCOME: Final = "none"  # label of a release that named no outcome (SPEC §4.4: null)
+NO_OUTCOME: Final = "none"  # label of a release naming no outcome (docs/protocol.md#release)
 UNMATCHED_ROUTE: Final = "unmatched"  # label of a request that matched no route
 _METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 _HTTP_CHILDREN_CACHED: Final = 4096  # (route, method, code) children kept at most

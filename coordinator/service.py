@@ -2,8 +2,8 @@
 
 HTTP handlers call these; each lane operation is an engine operation
 (coordinator/engine/operations.py) run as one job in that lane's actor; a lane with no file
-yet is answered from an empty core. Unenforced lanes (SPEC §5) are answered here from
-coordinator/engine/unenforced.py without any actor or file.
+yet is answered from an empty core. Unenforced lanes (docs/protocol.md#unenforced) are answered here
+from coordinator/engine/unenforced.py without any actor or file.
 """
 
 from __future__ import annotations

@@ -6,11 +6,12 @@
 #   A (10.231.1.2) ──── 10.231.1.0/24 ──── (10.231.1.1) coordinator (10.231.2.1) ──── 10.231.2.0/24 ──── (10.231.2.2) B
 #
 # The coordinator listens on 0.0.0.0 INSIDE its namespace only (both of its veth addresses);
-# A and B reach it over their own link. `lane drill --partition` runs the six steps of SPEC §9
-# and a seventh: B holds a 15 s lease, B's link is cut (`ip link set ... down` when B prints
-# `ACTION: cut-link-b`), the lease expires and the alarm promotes A; B's link returns (when A
-# prints `ACTION: restore-link-b`), B reads `refreshed: false` three times, parks as
-# lease-lost, and its late release leaves outcome expired + lateOutcome lease-lost.
+# A and B reach it over their own link. `lane drill --partition` runs the six steps of
+# docs/protocol.md#acceptance-drill and a seventh: B holds a 15 s lease, B's link is cut
+# (`ip link set ... down` when B prints `ACTION: cut-link-b`), the lease expires and the alarm
+# promotes A; B's link returns (when A prints `ACTION: restore-link-b`), B reads
+# `refreshed: false` three times, parks as lease-lost, and its late release leaves outcome
+# expired + lateOutcome lease-lost.
 #
 # Namespaces, links and processes are removed on any exit (trap). When network namespaces
 # cannot be made here (not root, no CAP_SYS_ADMIN, no iproute2) it prints

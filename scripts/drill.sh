@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make drill`: the acceptance drill (SPEC §9) end to end on this computer.
+# `make drill`: the acceptance drill (docs/protocol.md#acceptance-drill) end to end on this
+# computer.
 #
 # Starts a FRESH coordinator on loopback (port chosen by the OS, temp data dir,
 # deploy/example-config.toml: route "drill" has capacity 1), runs `lane drill --role a` and

@@ -1,5 +1,6 @@
-"""`lane` — the driver computer's CLI (SPEC §7, §10; docs/client.md). The console script is
-`client.cli:main`; `python -m client.cli` runs the same.
+"""`lane` — the driver computer's CLI (docs/protocol.md#client-config,
+docs/protocol.md#cli-exit-codes; docs/client.md). The console script is `client.cli:main`;
+`python -m client.cli` runs the same.
 
 | module | what |
 |---|---|

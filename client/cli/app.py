@@ -1,5 +1,5 @@
-"""`lane` — the driver computer's CLI (SPEC §7, §10): `main` parses, dispatches and maps
-errors to exit codes.
+"""`lane` — the driver computer's CLI (docs/protocol.md#client-config,
+docs/protocol.md#cli-exit-codes): `main` parses, dispatches and maps errors to exit codes.
 
 Data goes to stdout (a readable table, or JSON with --json); messages and progress go to
 stderr. Exit codes: 0 ok, 1 any other failure (including a ticket-level "no"), 2 usage

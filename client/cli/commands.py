@@ -117,7 +117,9 @@ async def cmd_simple(args: argparse.Namespace, settings: Settings, lane: str) ->
             return _release_out(args, rel)
         if cmd == "receipt":
             payload = read_payload(args.payload_file)
-            try:  # SPEC §8: hashes, ids and counts — never a prompt, a path, a token, an account
+            # docs/protocol.md#driver-rules: hashes, ids and counts — never a prompt, a path,
+            # a token, an account
+            try:
                 check_payload(payload, lane=lane)
             except ValueError as exc:
                 raise UsageError(f"--payload-file: {exc}") from None

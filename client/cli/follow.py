@@ -185,7 +185,7 @@ async def cmd_trace(args: argparse.Namespace, settings: Settings, lane: str) -> 
                     code = EXIT_FAIL
                     break
                 if hb.state == "queued":
-                    # SPEC 4.2: waitSeconds is 1-60, whatever the interval
+                    # docs/protocol.md#await: waitSeconds is 1-60, whatever the interval
                     wait = max(1.0, min(args.interval, 60.0))
                     await _until(stop, b.await_ticket(lane, tid, wait))
                 else:

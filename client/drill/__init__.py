@@ -1,7 +1,7 @@
-"""The acceptance checks a driver computer runs against the shared coordinator (SPEC §9; no
-provider, no credits): `lane drill --role a|b` (two computers, steps 1-7) and `lane self-test`
-(one computer, the engine checks). Both refuse the same lanes — the rules are written once, in
-refusals.py.
+"""The acceptance checks a driver computer runs against the shared coordinator
+(docs/protocol.md#acceptance-drill; no provider, no credits): `lane drill --role a|b` (two
+computers, steps 1-7) and `lane self-test` (one computer, the engine checks). Both refuse the same
+lanes — the rules are written once, in refusals.py.
 
 | module | what |
 |---|---|

@@ -28,7 +28,7 @@ DRILL_PROJECT = "lane-drill"
 BARRIER_PROJECT_PREFIX = "lane-drill-"
 DRILL_LEASE_SECONDS = 60.0  # a killed run's drill tickets clear within a minute
 BARRIER_LEASE_SECONDS = 900.0  # "long": barrier tickets live for the whole run
-SHORT_LEASE_SECONDS = 15.0  # step 6 and step 7 (SPEC's minimum lease)
+SHORT_LEASE_SECONDS = 15.0  # step 6 and step 7 (the protocol's minimum lease)
 KEEPALIVE_INTERVAL = 20.0  # heartbeat of barrier (and held drill) tickets
 POLL_INTERVAL = 0.25  # barrier polling
 HISTORY_EVERY = 4  # every Nth poll also reads history (signals already released)
@@ -36,7 +36,7 @@ RACE_LEAD_SECONDS = 1.5  # A announces the race instant this far ahead (coordina
 MAX_PROMOTION_LATENESS = 10.0  # alarm promotion later than this after expiry is a failure
 PARTITION_HEARTBEAT_INTERVAL = 2.0
 PARTITION_CALL_TIMEOUT = 3.0
-LEASE_LOST_AFTER = 3  # refreshed:false answers in a row (SPEC §8)
+LEASE_LOST_AFTER = 3  # refreshed:false answers in a row (docs/protocol.md#driver-rules)
 EXIT_OK, EXIT_FAIL, EXIT_PRE_PROVIDER, EXIT_INTERRUPTED = 0, 1, 3, 130
 
 STEP_TITLES = {

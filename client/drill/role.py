@@ -1,4 +1,5 @@
-"""`lane drill --role a|b`: the two-computer acceptance drill of SPEC §9 (no provider, no credits).
+"""`lane drill --role a|b`: the two-computer acceptance drill of docs/protocol.md#acceptance-drill
+(no provider, no credits).
 
 Two processes — normally two computers — run the six steps together on a dedicated test lane
 (default `drill:acceptance`; `main-unlimited` and LANE_ACCOUNT's account are refused whatever the

@@ -1,4 +1,5 @@
-"""`lane self-test`: the single-machine engine part of the acceptance drill (SPEC §9).
+"""`lane self-test`: the single-machine engine part of the acceptance drill
+(docs/protocol.md#acceptance-drill).
 
 Runs against the configured shared coordinator on a dedicated test lane — account
 `self-test` (or LANE_SELF_TEST_ACCOUNT); `main-unlimited` and LANE_ACCOUNT's account are

@@ -1,4 +1,5 @@
-"""Drill steps 1-4 and 3b (SPEC §9), each a function of one role returning its StepResult:
+"""Drill steps 1-4 and 3b (docs/protocol.md#acceptance-drill), each a function of one role returning
+its StepResult:
 
 1. A acquires `shared-queue-drill-a` → granted.
 2. B acquires `shared-queue-drill-b` → queued at position 1.

@@ -1,4 +1,5 @@
-"""Drill steps 5-7 (SPEC §9), each a function of one role returning its StepResult:
+"""Drill steps 5-7 (docs/protocol.md#acceptance-drill), each a function of one role returning its
+StepResult:
 
 5. B (the holder machine) records a receipt (201), replays it (200, replay) and sends the same
    receiptId with other content (409 receipt-conflict); A sees exactly the first one.

@@ -1,5 +1,5 @@
-"""Driver helpers (SPEC §8; docs/driver-guide.md): a render driver's turn on a lane, its
-live-job journal and its receipts.
+"""Driver helpers (docs/protocol.md#driver-rules; docs/driver-guide.md): a render driver's turn on a
+lane, its live-job journal and its receipts.
 
     from client.driver import Journal, Turn, hash_file
     async with Turn(backend, lane, project, scene, prompt_hash, journal=journal) as turn:

@@ -1,6 +1,6 @@
-"""Claims (SPEC §8: one claim per driver process): `claim_view` gives the backend speaking as
-another claim of this computer — how a restarted driver adopts the ticket its crashed
-predecessor left live under the claim the journal recorded."""
+"""Claims (docs/protocol.md#driver-rules: one claim per driver process): `claim_view` gives the
+backend speaking as another claim of this computer — how a restarted driver adopts the ticket its
+crashed predecessor left live under the claim the journal recorded."""
 
 from __future__ import annotations
 

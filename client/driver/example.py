@@ -11,10 +11,10 @@ It shows the whole flow of docs/driver-guide.md: acquire (wait for the grant) ->
 provider-terminal receipts) -> release; and a restart after a crash: the live-job record
 (client/driver/journal.py) makes the next run resume (poll) the job instead of submitting again.
 
-Configuration is the client's (SPEC §7): LANE_COORDINATOR_URL, LANE_TOKEN, LANE_MACHINE_ID,
-... — without LANE_COORDINATOR_URL it runs on the local single-computer queue (no receipts).
-Use a drill lane, never a production account: the simulated provider spends nothing, but the
-turn holds a real slot on the lane while it runs.
+Configuration is the client's (docs/protocol.md#client-config): LANE_COORDINATOR_URL, LANE_TOKEN,
+LANE_MACHINE_ID, ... — without LANE_COORDINATOR_URL it runs on the local single-computer queue (no
+receipts). Use a drill lane, never a production account: the simulated provider spends nothing, but
+the turn holds a real slot on the lane while it runs.
 
 The simulated provider keeps its jobs in a JSON file (`--provider-dir`, default
 `<state dir>/simulated-provider`) so a restarted process can poll a job an earlier one

@@ -1,6 +1,6 @@
-"""Keeping the lease (SPEC §8): `LeaseKeeper` heartbeats the held ticket in the background,
-decides when the lease is lost, stops the block's provider steps when it is (`check()`,
-`guard()`), and gives the ticket back (`_release`).
+"""Keeping the lease (docs/protocol.md#driver-rules): `LeaseKeeper` heartbeats the held ticket in
+the background, decides when the lease is lost, stops the block's provider steps when it is
+(`check()`, `guard()`), and gives the ticket back (`_release`).
 
 - A background task heartbeats every `heartbeat_interval` seconds (default and maximum: a
   third of the lease). `refreshed: false` three times in a row (after the first refusal the

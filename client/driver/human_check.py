@@ -1,4 +1,4 @@
-"""The provider human check (SPEC §8): `HumanCheck.human_check()` reports
+"""The provider human check (docs/protocol.md#driver-rules): `HumanCheck.human_check()` reports
 `provider-human-check` on the held ticket for LANE_HUMAN_CHECK_COOLDOWN_SECONDS (default 900,
 clamped 30-7200; `human_check_cooldown_seconds()` in options.py), prints one line saying this
 machine paused the lane, then releases with `not-submitted`. A 404 from a coordinator too old

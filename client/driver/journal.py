@@ -1,4 +1,5 @@
-"""The live-job record: a small local SQLite journal of render windows (SPEC §8).
+"""The live-job record: a small local SQLite journal of render windows
+(docs/protocol.md#driver-rules).
 
 One row per window — `(lane, project, scene, promptHash)` — saying which ticket the window
 holds (ticket, machine, claim, fence), whether a provider job was submitted (its id), and how
@@ -87,7 +88,7 @@ def new_attempt_id() -> str:
 
 
 class Window(NamedTuple):
-    """A render window: the request identity of SPEC §1, within one lane."""
+    """A render window: the request identity (docs/protocol.md#glossary), within one lane."""
 
     lane: str
     project: str

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class WaitUpdate:
-    """What `on_wait` gets while the ticket is queued (position 1-based, SPEC §3)."""
+    """What `on_wait` gets while the ticket is queued (position 1-based,
+    docs/protocol.md#fairness)."""
 
     ticket_id: str
     position: int | None

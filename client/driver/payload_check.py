@@ -1,7 +1,7 @@
-"""The receipt payload checker (SPEC §8: receipts hold hashes, ids and counts — never a prompt,
-a file path, a token or an account name). `check_payload` raises `ValueError`, before anything
-is sent, naming the first key or value that looks like one; the builders and the writer in
-receipts.py run every payload through it, and so does `lane receipt`.
+"""The receipt payload checker (docs/protocol.md#driver-rules: receipts hold hashes, ids and counts
+— never a prompt, a file path, a token or an account name). `check_payload` raises `ValueError`,
+before anything is sent, naming the first key or value that looks like one; the builders and the
+writer in receipts.py run every payload through it, and so does `lane receipt`.
 
 What the checker refuses (`ValueError`, raised before anything is sent; the rules are
 listed in docs/driver-guide.md, "Receipts"):

@@ -1,6 +1,6 @@
-"""Receipts for a driver (SPEC §4.5, §8): the four phases, payload builders, a payload
-checker that refuses anything that looks like a prompt, a file path, a token or an account
-name, and a writer that never lets a receipt stop a render.
+"""Receipts for a driver (docs/protocol.md#receipts, docs/protocol.md#driver-rules): the four
+phases, payload builders, a payload checker that refuses anything that looks like a prompt, a file
+path, a token or an account name, and a writer that never lets a receipt stop a render.
 
     r = Receipts(backend, lane, ticket_id)
     await r.references_applied([hash_file(p) for p in refs])    # hashes, never the paths
@@ -22,7 +22,7 @@ coordinator a refused write (any 4xx, e.g. 403 not-holder or 409 receipt-conflic
 unreachable or timed-out coordinator, a 5xx or a malformed answer — and, under
 LANE_REQUIRED=1, the PreProviderError those become — is logged as a warning, recorded in
 `dropped`, and the call returns None. It never raises for those: receipts are evidence, never a
-condition (SPEC §8).
+condition (docs/protocol.md#driver-rules).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The provider steps of a turn, crash-safe (SPEC §8): `ProviderSteps` submits with the
-journal on disk first, reconciles a submit of unknown fate, polls (cancelled on a lost lease),
-resumes a job an earlier attempt left in flight, and writes the provider receipts.
+"""The provider steps of a turn, crash-safe (docs/protocol.md#driver-rules): `ProviderSteps` submits
+with the journal on disk first, reconciles a submit of unknown fate, polls (cancelled on a lost
+lease), resumes a job an earlier attempt left in flight, and writes the provider receipts.
 
 - `await turn.submit(fn)` records phase `submitting` (on disk) before calling `fn()`, then
   `submitted` with the job id `fn` returned (and a provider-submitted receipt). If `fn` raises

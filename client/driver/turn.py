@@ -1,4 +1,5 @@
-"""A driver's turn on a lane (SPEC §8): acquire, wait, heartbeat, receipts, release.
+"""A driver's turn on a lane (docs/protocol.md#driver-rules): acquire, wait, heartbeat, receipts,
+release.
 
     backend = connect(load_settings())                    # one claim per process (LANE_CLAIM)
     journal = Journal.in_state_dir(load_settings().state_dir)

@@ -42,7 +42,8 @@ from coordinator.protocol.errors import (
 
 
 def is_owner(ticket: Ticket, machine_id: str, claim_id: str | None) -> bool:
-    """SPEC §4.3 owner rule: a named claim must equal the ticket's; else the machine decides."""
+    """The owner rule (docs/protocol.md#owner-rule): a named claim must equal the ticket's; else the
+    machine decides."""
     if ticket.machine_id != machine_id:
         return False
     return claim_id is None or claim_id == ticket.claim_id

@@ -1,5 +1,5 @@
 """A lane's live state, its indexes and the queue math: the simulated round-robin order,
-a queued ticket's position and ETA (SPEC §3, docs/protocol.md). `LaneCore` builds on it."""
+a queued ticket's position and ETA (docs/protocol.md#fairness). `LaneCore` builds on it."""
 
 from __future__ import annotations
 
@@ -195,7 +195,8 @@ class LaneQueue:
         return sum(self.holds) / len(self.holds)
 
     def position(self, t: Ticket) -> int:
-        """1-based place in the simulated round-robin order (SPEC §3); 0 when not queued."""
+        """1-based place in the simulated round-robin order (docs/protocol.md#fairness); 0 when not
+        queued."""
         if t.state is not TicketState.QUEUED:
             return 0
         q = self.queues[t.project]

@@ -1,5 +1,5 @@
-"""Replies for an unenforced lane (SPEC §5): no capacity, no state, no store — every acquire
-is granted at once and nothing is remembered."""
+"""Replies for an unenforced lane (docs/protocol.md#unenforced): no capacity, no state, no store —
+every acquire is granted at once and nothing is remembered."""
 
 from __future__ import annotations
 

@@ -279,7 +279,7 @@ def create_app(
     app.router.add_get("/v1/dashboard", dashboard, name="dashboard")
     app.router.add_get("/healthz", healthz, name="healthz")
     app.router.add_get("/readyz", readyz, name="readyz")  # public, like /healthz
-    app.router.add_get("/metrics", metrics, name="metrics")  # bearer: see auth_middleware
+    app.router.add_get("/metrics", metrics, name="metrics")  # bearer: see app_middleware
     app.router.add_get("/openapi.json", openapi_json, name="openapi")  # public
     app.router.add_get("/control-room", control_room, name="control-room")
     app.router.add_get("/control-room/assets/{name}", control_room_asset, name="control-room-asset")

@@ -1,5 +1,5 @@
 """The app's keys and the middleware every request goes through (one: bearer-token auth,
-errors in SPEC's shape — never a traceback —, request metrics and logs), and the reply
+errors in the protocol's shape — never a traceback —, request metrics and logs), and the reply
 headers."""
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def _error(
 
 
 def _http_error(request: web.Request, exc: web.HTTPException) -> tuple[LaneError, dict[str, str]]:
-    """aiohttp's own refusals, in SPEC's codes (a wrong method is a 405 with an Allow header)."""
+    """aiohttp's own refusals, in protocol codes (a wrong method is a 405 with an Allow header)."""
     if isinstance(exc, web.HTTPRequestEntityTooLarge):
         return PayloadTooLarge("body: larger than the configured max_body_bytes"), {}
     if isinstance(exc, web.HTTPNotFound):
@@ -99,7 +99,7 @@ async def reply_headers(request: web.Request, response: web.StreamResponse) -> N
 @web.middleware
 async def app_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every request: the bearer token (for /v1 and /metrics), then the handler; any error
-    in SPEC's shape (never a traceback); its duration in the metrics (one middleware: each
+    in the protocol's shape (never a traceback); its duration in the metrics (one middleware: each
     one aiohttp chains costs a wrapper and a coroutine per request)."""
     started = time.perf_counter()
     status = 500

@@ -78,7 +78,7 @@ def error_response(
 
 def _http_exception_error(exc: web.HTTPException) -> LaneError:
     """An aiohttp HTTPException that escaped the app's middlewares (an `Expect:` header the
-    app cannot meet is the one known case) in SPEC's codes."""
+    app cannot meet is the one known case) in the protocol's codes."""
     by_status: dict[int, type[LaneError]] = {
         401: Unauthorized,
         404: NotFound,

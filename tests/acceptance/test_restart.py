@@ -1,5 +1,6 @@
-"""SPEC §6 and §10 acceptance: the real `lane-coordinator` process, killed with SIGKILL and
-restarted on the same data dir; and the `check` / `serve` refusals an operator sees.
+"""docs/protocol.md#durability and docs/protocol.md#server-config acceptance: the real
+`lane-coordinator` process, killed with SIGKILL and restarted on the same data dir; and the
+`check` / `serve` refusals an operator sees.
 
 The subprocess harness is tests/harness/subproc.py (port 0, output read by a thread).
 """
@@ -21,7 +22,7 @@ from tests.harness import CoordinatorProcess, cli
 TOKEN = "acceptance-token-0123456789-abcdefghijklmnopqrstu"  # 49 bytes
 SOLO, DUO = "solo:main", "duo:main"
 CONFIG = "[routes.solo]\ncapacity = 1\n[routes.duo]\ncapacity = 2\n"
-SHORT_LEASE = 15.0  # the SPEC minimum
+SHORT_LEASE = 15.0  # the protocol's minimum
 
 
 @pytest.fixture

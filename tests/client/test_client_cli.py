@@ -418,7 +418,8 @@ def test_dashboard_without_clipboard_says_where(
 def test_trace_queued_with_short_interval_waits_and_is_granted(
     coordinator: ThreadedCoordinator, lane_env: dict[str, str]
 ) -> None:
-    """A queued trace long-polls with waitSeconds >= 1 (SPEC 4.2) even when --interval < 1."""
+    """A queued trace long-polls with waitSeconds >= 1 (docs/protocol.md#await) even when
+    --interval < 1."""
     env = shared_env(lane_env, coordinator)
     with SyncLaneClient(coordinator.url, coordinator.token, "holder") as h:
         held = h.acquire(LANE, "p", "busy", "h")

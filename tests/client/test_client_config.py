@@ -1,4 +1,5 @@
-"""Settings (SPEC §7): explicit > env > files, private files, keyring fallback, claim export."""
+"""Settings (docs/protocol.md#client-config): explicit > env > files, private files, keyring
+fallback, claim export."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The CI drill: `scripts/drill.sh` (what `make drill` runs) — a FRESH coordinator on loopback,
 roles A and B as two separate processes with different machine ids and claims — passes every
-step of SPEC §9, and afterwards the lane files hold no live ticket on the drill lane or its
-barrier lane (checked by a second coordinator opened on the same data dir)."""
+step of docs/protocol.md#acceptance-drill, and afterwards the lane files hold no live ticket on the
+drill lane or its barrier lane (checked by a second coordinator opened on the same data dir)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""One claim per driver process (SPEC §7, §8): minted once, sent on every call, exported to
-child processes."""
+"""One claim per driver process (docs/protocol.md#client-config, docs/protocol.md#driver-rules):
+minted once, sent on every call, exported to child processes."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Provider human check (SPEC §8, §4.8): cooldown on the held ticket, release not-submitted,
-the lane paused for every computer; a 404 from an old coordinator is a warning."""
+"""Provider human check (docs/protocol.md#driver-rules, docs/protocol.md#cooldown): cooldown on the
+held ticket, release not-submitted, the lane paused for every computer; a 404 from an old
+coordinator is a warning."""
 
 from __future__ import annotations
 

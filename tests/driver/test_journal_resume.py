@@ -1,5 +1,5 @@
 """The live-job record: a restarted driver resumes (polls) instead of submitting again; a
-submit that raised keeps its ticket until reconciled (SPEC §8, seed 004)."""
+submit that raised keeps its ticket until reconciled (docs/protocol.md#driver-rules)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Lease lost (SPEC §8): three refusals in a row, never a resubmit; transient errors are not
-refusals; the optional cancellation of the block."""
+"""Lease lost (docs/protocol.md#driver-rules): three refusals in a row, never a resubmit; transient
+errors are not refusals; the optional cancellation of the block."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Receipts (SPEC §4.5, §8): ids and RFC 8785 hashes, the payload checker, and writes that
-are dropped — never fatal — when refused or unreachable."""
+"""Receipts (docs/protocol.md#receipts, docs/protocol.md#driver-rules): ids and RFC 8785 hashes, the
+payload checker, and writes that are dropped — never fatal — when refused or unreachable."""
 
 from __future__ import annotations
 

@@ -213,7 +213,8 @@ async def test_unenforced_lane_grants_at_once(clients: Clients) -> None:
         await turn.submit(provider.submit)
         await turn.poll(provider.poll)
     assert turn.released and turn.receipts is not None
-    assert all(w.stored is False for w in turn.receipts.written)  # SPEC §5: never stored
+    # docs/protocol.md#unenforced: never stored
+    assert all(w.stored is False for w in turn.receipts.written)
 
 
 async def test_turn_on_the_local_queue(state_dir: Path, journal: Journal) -> None:

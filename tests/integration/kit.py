@@ -109,9 +109,10 @@ def receipt_body(
 
 
 def assert_error(r: Any, status: int, code: str, field_name: str | None = None) -> None:
-    """SPEC's error shape with this status and code; the message names `field_name`."""
+    """The protocol's error shape with this status and code; the message names `field_name`."""
     assert r.status == status, (r.status, r.text)
-    # Under /v1 an error carries `coordinator` like every /v1 reply (SPEC §4); nothing else.
+    # Under /v1 an error carries `coordinator` like every /v1 reply (docs/protocol.md#http-api);
+    # nothing else.
     assert isinstance(r.body, dict) and set(r.body) - {"coordinator"} == {"error"}, r.text
     assert r.body.get("coordinator", "actor-sqlite") == "actor-sqlite", r.text
     assert r.code == code, r.text

@@ -1,4 +1,4 @@
-"""SPEC §4.1 acquire and §3 fairness, over HTTP against the real server."""
+"""docs/protocol.md#acquire and docs/protocol.md#fairness, over HTTP against the real server."""
 
 from __future__ import annotations
 
@@ -203,7 +203,8 @@ async def test_one_owner_racing_its_own_retries_gets_one_ticket(server: Running)
 
 
 async def test_promotion_order_is_least_recently_served_project_first(server: Running) -> None:
-    """SPEC §3's example: only A was granted; queued A1, A2, B1, C1, B2 -> B1, C1, A1, B2, A2."""
+    """The example of docs/protocol.md#fairness: only A was granted; queued A1, A2, B1, C1, B2 ->
+    B1, C1, A1, B2, A2."""
     a0 = await server.ok("acquire", acquire_body(project="A", prompt="a0"))
     ids = {}
     for name, project in (("A1", "A"), ("A2", "A"), ("B1", "B"), ("C1", "C"), ("B2", "B")):

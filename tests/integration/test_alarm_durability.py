@@ -1,4 +1,5 @@
-"""SPEC §2 alarm (no client call needed) and §6 durability, against the real server's files."""
+"""The alarm (docs/protocol.md#ticket-lifecycle, no client call needed) and durability
+(docs/protocol.md#durability), against the real server's files."""
 
 from __future__ import annotations
 

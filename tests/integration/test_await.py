@@ -1,4 +1,4 @@
-"""SPEC §4.2 await: the long poll, over HTTP against the real server."""
+"""docs/protocol.md#await: the long poll, over HTTP against the real server."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC §4.8 cooldown (lane pause), over HTTP against the real server."""
+"""Cooldown (lane pause, docs/protocol.md#cooldown), over HTTP against the real server."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""SPEC §4 errors: auth, media type, body size, schema, protocol, over HTTP."""
+"""Errors (docs/protocol.md#error-codes): auth, media type, body size, schema, protocol, over
+HTTP."""
 
 from __future__ import annotations
 
@@ -295,7 +296,7 @@ async def test_unknown_path_and_wrong_method(server: Running) -> None:
 
 
 async def test_v1_errors_carry_the_coordinator_kind(server: Running) -> None:
-    """SPEC §4: every /v1 JSON reply carries `coordinator`, errors included."""
+    """docs/protocol.md#http-api: every /v1 JSON reply carries `coordinator`, errors included."""
     for r in (
         await server.op("status", {"lane": "Bad:lane"}),
         await server.op("release", _valid("release", "t_unknown")),

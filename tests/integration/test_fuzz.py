@@ -1,7 +1,7 @@
 """Fuzzing the real server: hypothesis-made bodies and query strings.
 
-Whatever arrives, the reply is never a 5xx, errors have SPEC's shape and a SPEC code with
-its status, and no reply carries a traceback or the token. About 200 examples in all.
+Whatever arrives, the reply is never a 5xx, errors have the protocol's shape and a protocol code
+with its status, and no reply carries a traceback or the token. About 200 examples in all.
 """
 
 from __future__ import annotations

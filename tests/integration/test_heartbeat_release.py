@@ -1,4 +1,4 @@
-"""SPEC §4.3 heartbeat and §4.4 release, over HTTP against the real server."""
+"""docs/protocol.md#heartbeat and docs/protocol.md#release, over HTTP against the real server."""
 
 from __future__ import annotations
 

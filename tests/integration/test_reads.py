@@ -1,4 +1,4 @@
-"""SPEC §4.9 control-room reads (GET), over HTTP against the real server."""
+"""docs/protocol.md#control-room-reads (GET), over HTTP against the real server."""
 
 from __future__ import annotations
 

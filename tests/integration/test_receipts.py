@@ -1,4 +1,4 @@
-"""SPEC §4.5 receipts, over HTTP against the real server."""
+"""docs/protocol.md#receipts, over HTTP against the real server."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC §4.6 status and §4.7 history, over HTTP against the real server."""
+"""docs/protocol.md#status and docs/protocol.md#history, over HTTP against the real server."""
 
 from __future__ import annotations
 

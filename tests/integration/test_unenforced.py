@@ -1,4 +1,4 @@
-"""SPEC §5 unenforced lanes (a route with no measured limit), over HTTP."""
+"""Unenforced lanes (docs/protocol.md#unenforced: a route with no measured limit), over HTTP."""
 
 from __future__ import annotations
 

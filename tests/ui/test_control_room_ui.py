@@ -1,4 +1,5 @@
-"""The control room (SPEC §4.9) in a real browser against a real coordinator on loopback."""
+"""The control room (docs/protocol.md#control-room-reads) in a real browser against a real
+coordinator on loopback."""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
 """LaneCore against a simple reference model (hypothesis RuleBasedStateMachine).
 
-The model is written straight from SPEC §2-§4 with no indexes: the promotion order is
-simulated from scratch every time ("least recently served project first", ties to the
-oldest enqueued ticket, FIFO within a project). Each rule runs the same operation on
-the core and on the model and compares every visible outcome; the invariants check the
-core's state against the model after every step.
+The model is written straight from docs/protocol.md (docs/protocol.md#ticket-lifecycle,
+docs/protocol.md#fairness, docs/protocol.md#http-api) with no indexes: the promotion order is
+simulated from scratch every time ("least recently served project first", ties to the oldest
+enqueued ticket, FIFO within a project). Each rule runs the same operation on the core and on the
+model and compares every visible outcome; the invariants check the core's state against the model
+after every step.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ class Model:
         return self.pause_until is not None and now < self.pause_until
 
     def order(self) -> list[str]:
-        """SPEC §3, simulated grant by grant."""
+        """docs/protocol.md#fairness, simulated grant by grant."""
         queues: dict[str, list[MTicket]] = {}
         for t in sorted(self.by_state("queued"), key=lambda x: x.seq):
             queues.setdefault(t.project, []).append(t)

@@ -90,7 +90,7 @@ def test_lease_seconds_from_acquire_or_default() -> None:
     assert b["ticket"]["leaseExpiresAt"] == T0 + 45
 
 
-# ---------------------------------------------------------------- SPEC §3 fairness
+# ---------------------------------------------------- fairness (docs/protocol.md#fairness)
 
 
 def _spec_example() -> tuple[Harness, dict[str, str]]:

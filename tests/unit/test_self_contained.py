@@ -10,7 +10,7 @@ Rules (every file git tracks or is about to track, i.e. `git ls-files --cached -
    are relative to it), any other file not at all; no absolute home-directory paths either.
 3. Python never climbs above the repository from `__file__` (`.parents[N]`, `.parent` chains).
 4. Every relative link in a Markdown file resolves to a file or folder inside the repository,
-   and a `#anchor` on a Markdown file to one of its headings.
+   and a `#anchor` on a Markdown file to one of its headings or explicit `<a id>` anchors.
 5. No Markdown file mentions the internal contract (the word SPEC): users do not have it;
    docs/protocol.md is the reference.
 6. No user-visible string mentions it either: string literals (not docstrings or comments) in
@@ -125,7 +125,7 @@ def test_no_relative_climb_or_home_path_outside_tests() -> None:
         depth = name.count("/")
         for n, line in enumerate(text.splitlines(), 1):
             for m in CLIMB_RE.finditer(line):
-                # Markdown links are relative to the file: docs/x.md may link ../README.md.
+                # Markdown links are relative to the file: docs/client.md may link ../README.md.
                 # Anywhere else (scripts, configs, code) the working directory is the repo.
                 allowed = depth if name.endswith(".md") else 0
                 if m.group(1).count(UP) > allowed:
@@ -146,15 +146,22 @@ def test_python_never_climbs_above_the_repo_from_its_own_file() -> None:
     assert not bad, "\n".join(bad)
 
 
+EXPLICIT_ANCHOR_RE = re.compile(r"<a\s+(?:id|name)=\"([^\"]+)\"")
+
+
 def _anchors(markdown: str) -> set[str]:
     """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens, -N for
-    repeats; headings inside fenced code blocks do not count."""
+    repeats; plus explicit `<a id="...">` (or `name`) anchors, the stable ones. Neither
+    counts inside a fenced code block."""
     seen: dict[str, int] = {}
+    explicit: set[str] = set()
     fenced = False
     for line in markdown.splitlines():
         if line.lstrip().startswith(("```", "~~~")):
             fenced = not fenced
             continue
+        if not fenced:
+            explicit.update(EXPLICIT_ANCHOR_RE.findall(line))
         m = re.match(r"^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)
         if fenced or m is None:
             continue
@@ -163,7 +170,7 @@ def _anchors(markdown: str) -> set[str]:
         seen[slug] = n + 1
         if n:
             seen[f"{slug}-{n}"] = 1
-    return set(seen)
+    return set(seen) | explicit
 
 
 def test_markdown_links_stay_inside_the_repo_and_exist() -> None:

@@ -1,5 +1,5 @@
-/* Lane control room — a read-only view of the coordinator (SPEC §4.9). The entry module
- * (<script type="module">); the page is native ES modules from the same folder, no build.
+/* Lane control room — a read-only view of the coordinator
+ * (docs/protocol.md#control-room-reads). The entry module (<script type="module">); the page is native ES modules from the same folder, no build.
  *
  * Rules every module keeps:
  * - Read endpoints only (api.js): GET /v1/lanes (to check a pasted token), GET /v1/overview
