@@ -3,7 +3,7 @@
 Rules (the files of test_self_contained's list; CHANGELOG.md only its "Unreleased" section,
 released entries are history; migration SQL is never edited, so it is left out):
 
-1. Every repository path in prose — `coordinator/actor/lane_actor.py`, `client/driver/`,
+1. Every repository path in prose — `coordinator/actor/pipelined.py`, `client/driver/`,
    `scripts/drill.sh`, optionally with a `:function` suffix — is a file or folder of the
    checkout (a `*` in it is a glob that must match something). A bare module file name
    (`committer.py`, `refusals.py`) is the name of some file of the checkout.
@@ -229,7 +229,7 @@ def _has_modules(name: str) -> bool:
 
 
 def test_the_prose_list_is_real() -> None:
-    assert "docs/protocol.md" in PROSE and "coordinator/actor/lane_actor.py" in PROSE
+    assert "docs/protocol.md" in PROSE and "coordinator/actor/pipelined.py" in PROSE
     assert "CHANGELOG.md" in PROSE and "## [0." not in PROSE["CHANGELOG.md"]
     assert THIS not in PROSE
     service, prose = TEXTS["coordinator/service.py"], PROSE["coordinator/service.py"]
@@ -268,7 +268,7 @@ def test_the_checker_catches_planted_bad_references() -> None:
     bad = bad_references(planted)
     assert len(bad) == 8, "\n".join(bad)
     good = {
-        "a.py": "# coordinator/actor/lane_actor.py, client/driver/, coordinator/store/presence*.py",
+        "a.py": "# coordinator/actor/pipelined.py, client/driver/, coordinator/store/presence*.py",
         "b.md": "`coordinator.store.sqlite.SqliteLaneStore`, `client.cli:main`, `client.env`",
         "c.md": "[drill](protocol.md#acceptance-drill), docs/protocol.md#post-v1lanesacquire",
         "d.md": "`coordinator.started` is logged; `client.__version__`; committer.py",
