@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
 import os
 import sqlite3
@@ -40,7 +39,7 @@ from coordinator.store.files import (
     remove_lane_file,
     temp_lane_path,
 )
-from coordinator.store.migrate import apply_migrations, latest_migration, migrations
+from coordinator.store.migrate import apply_migrations, latest_migration, migrations, sha256
 from coordinator.store.reads import SQLITE_READS, LaneReads
 from coordinator.store.rows import (
     PAUSE_COLUMNS,
@@ -69,7 +68,7 @@ def _disk_full(path: Path) -> bool:
 def _shipped() -> tuple[tuple[int, str], ...]:
     """(version, sha256) of every shipped migration, as apply_migrations records them; read
     once per process (each open read and hashed every migration file again before)."""
-    return tuple((v, hashlib.sha256(sql.encode()).hexdigest()) for v, _name, sql in migrations())
+    return tuple((v, sha256(sql)) for v, _name, sql in migrations())
 
 
 def _has_wal(path: Path) -> bool:
