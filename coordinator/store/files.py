@@ -12,6 +12,7 @@ import stat
 from pathlib import Path
 
 from coordinator.errors import StoreError
+from coordinator.store.migrate import EDITED
 
 PRIVATE_FILE_MODE = 0o600
 PRIVATE_DIR_MODE = 0o700
@@ -163,7 +164,7 @@ def open_failure_reason(exc: BaseException) -> str:
             if "unable to open" in text:
                 return "cannot open file"
             return type(seen).__name__
-        if "was edited after it was applied" in str(seen):
+        if EDITED in str(seen):
             return "edited migration"
         seen = seen.__cause__ or seen.__context__
     return type(exc).__name__

@@ -1,5 +1,7 @@
 """The numbered migrations shipped in coordinator/store/migrations and the runner that applies
-them to a lane file: each once, in order, refusing one edited after it was applied."""
+them to a lane file: each once, in order, refusing one edited after it was applied. The
+listing of a migrations folder, a migration's digest and the refusal of an edited one serve
+the PostgreSQL migrations (postgres_db.py) too."""
 
 from __future__ import annotations
 
@@ -9,16 +11,35 @@ from importlib import resources
 
 from coordinator.errors import StoreError
 
+# How a refused edited migration's message says it (files.open_failure_reason reads it).
+EDITED = "was edited after it was applied"
 
-def migrations() -> list[tuple[int, str, str]]:
-    """(version, name, sql) for every shipped migration, in order."""
+
+def shipped(folder: str) -> list[tuple[int, str, str]]:
+    """(version, name, sql) for every migration shipped in coordinator/store/<folder>, in
+    order (lane files: migrations/, PostgreSQL: pg_migrations/)."""
     out = []
-    folder = resources.files("coordinator.store") / "migrations"
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+    entries = (resources.files("coordinator.store") / folder).iterdir()
+    for entry in sorted(entries, key=lambda e: e.name):
         if entry.name.endswith(".sql"):
             version = int(entry.name.split("_", 1)[0])
             out.append((version, entry.name, entry.read_text(encoding="utf-8")))
     return out
+
+
+def sha256(sql: str) -> str:
+    """A migration's digest, as schema_migrations records it."""
+    return hashlib.sha256(sql.encode()).hexdigest()
+
+
+def edited(name: str) -> str:
+    """The refusal of migration `name`, changed since a database recorded it."""
+    return f"migration {name} {EDITED}; add a new numbered migration instead"
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """(version, name, sql) for every shipped migration of a lane file, in order."""
+    return shipped("migrations")
 
 
 def latest_migration() -> int:
@@ -42,14 +63,10 @@ def apply_migrations(db: sqlite3.Connection, lane: str, max_migration: int | Non
         for version, name, sql in migrations():
             if max_migration is not None and version > max_migration:
                 break
-            digest = hashlib.sha256(sql.encode()).hexdigest()
+            digest = sha256(sql)
             if version in applied:
                 if applied[version][1] != digest:
-                    raise StoreError(
-                        f"migration {name} was edited after it was applied; "
-                        "add a new numbered migration instead",
-                        reason="edited migration",
-                    )
+                    raise StoreError(edited(name), reason="edited migration")
                 continue
             for statement in _split_sql(sql):
                 db.execute(statement)

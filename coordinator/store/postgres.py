@@ -18,8 +18,9 @@ comes from numbered migrations in `pg_migrations/`, each recorded with its sha25
 `schema_migrations`; `migrate(dsn)` applies them (under an advisory lock, so replicas starting
 together take turns), `open()` only checks that the database is current. Messages and logs
 never carry the DSN's password (`redact_dsn`). The database side (connections, migrations,
-queries over every lane) is in postgres_db.py, the writes in postgres_writes.py, the columns
-and the row mapping shared with the SQLite store in rows.py.
+queries over every lane) is in postgres_db.py, the writes in postgres_writes.py; the read
+queries shared with the SQLite store are in reads.py, the columns and the row mapping in
+rows.py.
 """
 
 from __future__ import annotations
@@ -36,17 +37,9 @@ from psycopg.rows import DictRow
 from coordinator.constants import (
     ETA_HOLD_SAMPLE_SIZE,
     EVIDENCE_RECENT_SECONDS,
-    MACHINES_LISTED_MAX,
     STORE_BUSY_TIMEOUT_MS,
 )
-from coordinator.engine.model import (
-    Change,
-    Incident,
-    IncidentKind,
-    LaneSnapshot,
-    Receipt,
-    Ticket,
-)
+from coordinator.engine.model import Change, IncidentKind, LaneSnapshot
 from coordinator.engine.store import LaneHead, LockingStore
 from coordinator.errors import StoreError
 from coordinator.store.postgres_db import (
@@ -64,14 +57,13 @@ from coordinator.store.postgres_db import (
     schema_status,
 )
 from coordinator.store.postgres_writes import write_changes
+from coordinator.store.reads import POSTGRES_READS, LaneReads
 from coordinator.store.rows import (
     ENDED,
     PAUSE_COLUMNS,
-    RECEIPT_COLUMNS,
-    TICKET_COLUMNS,
-    incident_from_row,
+    holds_from_rows,
     pause_from_row,
-    receipt_from_row,
+    projects_from_rows,
     seen_from_rows,
     ticket_from_row,
 )
@@ -102,10 +94,6 @@ _BUMP_VERSION = (
     "last_now = GREATEST(last_now, %s) WHERE lane = %s RETURNING version) "
     "SELECT (SELECT version FROM u) AS version, 1 / (SELECT count(*) FROM u)::int AS one"
 )
-_LOAD_LIVE = (
-    f"SELECT {TICKET_COLUMNS} FROM tickets "
-    "WHERE lane = %s AND state IN ('queued', 'held') ORDER BY seq"
-)
 # The lanes row, the pause, the counts and the last collision in one statement (a lane
 # without its lanes row yet reads NULLs: the snapshot's defaults).
 _LOAD_HEAD = (
@@ -118,28 +106,18 @@ _LOAD_HEAD = (
     "FROM (SELECT %s::text AS lane) k LEFT JOIN lanes l ON l.lane = k.lane "
     "LEFT JOIN pauses p ON p.lane = k.lane"
 )
-_LOAD_PROJECTS = "SELECT project, last_fence FROM projects WHERE lane = %s"
-_LOAD_HOLDS = (
-    f"SELECT ended_at - held_at AS d FROM tickets WHERE lane = %s AND {ENDED} "
-    "AND held_at IS NOT NULL ORDER BY ended_at DESC, seq DESC LIMIT %s"
-)
-_HISTORY_COUNT = f"SELECT count(*) AS n FROM tickets WHERE lane = %s AND {ENDED}"
-# rows.seen_since, computed from the lanes row in the same statement (no second round trip)
-_LOAD_SEEN = (
-    "SELECT machine_id, last_seen_at FROM machines_seen WHERE lane = %s AND last_seen_at >= "
-    "COALESCE((SELECT last_now FROM lanes WHERE lane = %s), 0.0) - %s "
-    f"ORDER BY last_seen_at DESC LIMIT {MACHINES_LISTED_MAX}"
-)
 
 
 # ---------------------------------------------------------------- the store
 
 
-class PostgresLaneStore(LockingStore):
+class PostgresLaneStore(LaneReads, LockingStore):
     """All SQL of one lane in the shared database. Calls are synchronous; the caller
     serializes them per store (several stores, in one process or in several replicas, may
     serve the same lane: `begin` makes them take turns). A transaction holds one session from
     `source` from `begin` to `finish`/`abort`; a read outside one borrows a session."""
+
+    _reads = POSTGRES_READS
 
     def __init__(
         self,
@@ -384,15 +362,15 @@ class PostgresLaneStore(LockingStore):
 
     def _queue_load(self, db: Conn) -> list[psycopg.Cursor[DictRow]]:
         """Send every read of the lane's state (inside a pipeline: one round trip)."""
-        lane = self.lane
+        lane, q = self.lane, self._reads
         return [
-            db.execute(q, args)
-            for q, args in (
-                (_LOAD_LIVE, (lane,)),
+            db.execute(sql, args)
+            for sql, args in (
+                (q.live, (lane,)),
                 (_LOAD_HEAD, (IncidentKind.DUPLICATE_COLLISION.value, lane)),
-                (_LOAD_PROJECTS, (lane,)),
-                (_LOAD_HOLDS, (lane, ETA_HOLD_SAMPLE_SIZE)),
-                (_LOAD_SEEN, (lane, lane, EVIDENCE_RECENT_SECONDS)),
+                (q.projects, (lane,)),
+                (q.holds, (lane, ETA_HOLD_SAMPLE_SIZE)),
+                (q.seen, (lane, lane, EVIDENCE_RECENT_SECONDS)),
             )
         ]
 
@@ -412,63 +390,7 @@ class PostgresLaneStore(LockingStore):
         snap.incident_count = int(h["incident_count"])
         if h["collision"] is not None:
             snap.last_collision = json.loads(h["collision"])
-        snap.project_served = {r["project"]: int(r["last_fence"]) for r in projects}
-        snap.recent_holds = [max(0.0, float(r["d"])) for r in reversed(holds)]
+        snap.project_served = projects_from_rows(projects)
+        snap.recent_holds = holds_from_rows(holds)
         snap.machines_seen = seen_from_rows(seen)
         return snap
-
-    def get_ticket(self, ticket_id: str) -> Ticket | None:
-        rows = self._read(
-            f"SELECT {TICKET_COLUMNS} FROM tickets WHERE lane = %s AND ticket_id = %s",
-            (self.lane, ticket_id),
-        )
-        return ticket_from_row(rows[0], self.lane) if rows else None
-
-    def get_receipt(self, receipt_id: str) -> Receipt | None:
-        rows = self._read(
-            f"SELECT {RECEIPT_COLUMNS} FROM receipts WHERE lane = %s AND receipt_id = %s",
-            (self.lane, receipt_id),
-        )
-        return receipt_from_row(rows[0]) if rows else None
-
-    def recent_receipts(self, limit: int) -> list[Receipt]:
-        rows = self._read(
-            f"SELECT {RECEIPT_COLUMNS} FROM receipts WHERE lane = %s "
-            "ORDER BY created_at DESC, id DESC LIMIT %s",
-            (self.lane, limit),
-        )
-        return [receipt_from_row(r) for r in rows]
-
-    def receipts_for_ticket(self, ticket_id: str) -> list[Receipt]:
-        rows = self._read(
-            f"SELECT {RECEIPT_COLUMNS} FROM receipts WHERE lane = %s AND ticket_id = %s "
-            "ORDER BY created_at, id",
-            (self.lane, ticket_id),
-        )
-        return [receipt_from_row(r) for r in rows]
-
-    def history(self, limit: int, project: str | None) -> list[Ticket]:
-        if project is None:
-            rows = self._read(
-                f"SELECT {TICKET_COLUMNS} FROM tickets WHERE lane = %s AND {ENDED} "
-                "ORDER BY ended_at DESC, seq DESC LIMIT %s",
-                (self.lane, limit),
-            )
-        else:
-            rows = self._read(
-                f"SELECT {TICKET_COLUMNS} FROM tickets WHERE lane = %s AND {ENDED} "
-                "AND project = %s ORDER BY ended_at DESC, seq DESC LIMIT %s",
-                (self.lane, project, limit),
-            )
-        return [ticket_from_row(r, self.lane) for r in rows]
-
-    def history_count(self) -> int:
-        return int(self._read(_HISTORY_COUNT, (self.lane,))[0]["n"])
-
-    def incidents(self, limit: int) -> list[tuple[int, Incident]]:
-        rows = self._read(
-            "SELECT id, kind, at, ticket_id, machine_id, detail FROM incidents WHERE lane = %s "
-            "ORDER BY id DESC LIMIT %s",
-            (self.lane, limit),
-        )
-        return [incident_from_row(r) for r in rows]

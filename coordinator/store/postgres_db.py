@@ -6,9 +6,7 @@ password (`redact_dsn`)."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import threading
-from importlib import resources
 from typing import Protocol
 
 import psycopg
@@ -18,6 +16,7 @@ from psycopg.rows import DictRow, dict_row
 
 from coordinator.constants import STORE_BUSY_TIMEOUT_MS
 from coordinator.errors import StoreError
+from coordinator.store.migrate import edited, sha256, shipped
 
 Conn = psycopg.Connection[DictRow]
 
@@ -204,17 +203,7 @@ def ping(conn: Conn) -> None:
 
 def migrations() -> list[tuple[int, str, str]]:
     """(version, name, sql) for every shipped PostgreSQL migration, in order."""
-    out = []
-    folder = resources.files("coordinator.store") / "pg_migrations"
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".sql"):
-            version = int(entry.name.split("_", 1)[0])
-            out.append((version, entry.name, entry.read_text(encoding="utf-8")))
-    return out
-
-
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+    return shipped("pg_migrations")
 
 
 _CREATE_SCHEMA_MIGRATIONS = (
@@ -236,11 +225,8 @@ def _check_applied(
             "here); run a coordinator at least as new as the one that migrated it"
         )
     for version, name, text in shipped:
-        if version in applied and applied[version][1] != _sha256(text):
-            raise StoreError(
-                f"migration {name} was edited after it was applied; "
-                "add a new numbered migration instead"
-            )
+        if version in applied and applied[version][1] != sha256(text):
+            raise StoreError(edited(name))
 
 
 def _applied(conn: Conn) -> dict[int, tuple[str, str]]:
@@ -268,7 +254,7 @@ def migrate(dsn: str, *, upto: int | None = None) -> list[str]:
                 conn.execute(text.encode())  # several statements: no parameters
                 conn.execute(
                     "INSERT INTO schema_migrations (version, name, sha256) VALUES (%s, %s, %s)",
-                    (version, name, _sha256(text)),
+                    (version, name, sha256(text)),
                 )
                 done.append(name)
     except psycopg.Error as exc:

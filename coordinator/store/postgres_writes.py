@@ -22,8 +22,8 @@ from coordinator.engine.model import (
     PutTicket,
 )
 from coordinator.store.postgres_db import Conn
+from coordinator.store.reads import POSTGRES_READS
 from coordinator.store.rows import (
-    ENDED,
     PAUSE_COLUMNS,
     RECEIPT_COLUMNS,
     coalesce,
@@ -35,10 +35,6 @@ from coordinator.store.rows import (
 )
 
 TICKET_UPSERT = ticket_upsert("%s", lane_column=True)
-_OLDESTENDED = (
-    f"SELECT ticket_id FROM tickets WHERE lane = %s AND {ENDED} "
-    "ORDER BY ended_at ASC, seq ASC LIMIT %s"
-)
 
 
 def write_changes(db: Conn, lane: str, changes: Sequence[Change]) -> None:
@@ -92,7 +88,7 @@ def write_changes(db: Conn, lane: str, changes: Sequence[Change]) -> None:
             )
         elif isinstance(ch, PruneHistory):
             db.execute(
-                f"WITH old AS ({_OLDESTENDED}), "
+                f"WITH old AS ({POSTGRES_READS.oldest_ended}), "
                 "gone AS (DELETE FROM receipts WHERE lane = %s "
                 "AND ticket_id IN (SELECT ticket_id FROM old)) "
                 "DELETE FROM tickets WHERE lane = %s "

@@ -1,8 +1,8 @@
 """What the lane stores share (coordinator/store/sqlite.py and postgres.py): the ticket,
 receipt and pause columns, the ticket upsert, the parameters a ticket/receipt/pause is written
 with, a ticket/receipt/pause/incident from its row (sqlite3.Row or psycopg's DictRow), the
-machines-seen rows a snapshot loads, and the coalescing of a batch of changes before it is
-written."""
+machines seen, projects served and hold durations a snapshot loads, and the coalescing of a
+batch of changes before it is written. The read queries are in reads.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from coordinator.constants import EVIDENCE_RECENT_SECONDS, MACHINES_LISTED_MAX
+from coordinator.constants import EVIDENCE_RECENT_SECONDS
 from coordinator.engine.model import (
     Change,
     Incident,
@@ -84,10 +84,6 @@ SQLITE_SEEN_UPSERT = (
     "last_seen_at = max(last_seen_at, excluded.last_seen_at)"
 )
 SQLITE_SEEN_PRUNE = "DELETE FROM machines_seen WHERE last_seen_at < ?"
-SQLITE_SEEN_LOAD = (
-    "SELECT machine_id, last_seen_at FROM machines_seen WHERE last_seen_at >= ? "
-    f"ORDER BY last_seen_at DESC LIMIT {MACHINES_LISTED_MAX}"
-)
 
 
 def seen_since(last_now: float | None) -> float:
@@ -99,6 +95,16 @@ def seen_since(last_now: float | None) -> float:
 def seen_from_rows(rows: Sequence[Row]) -> dict[str, float]:
     """machine -> the time its machines-seen row holds."""
     return {r["machine_id"]: float(r["last_seen_at"]) for r in rows}
+
+
+def projects_from_rows(rows: Sequence[Row]) -> dict[str, int]:
+    """project -> the last fence it was served (ReadQueries.projects)."""
+    return {r["project"]: int(r["last_fence"]) for r in rows}
+
+
+def holds_from_rows(rows: Sequence[Row]) -> list[float]:
+    """The recent hold durations, the oldest first (ReadQueries.holds reads the newest first)."""
+    return [max(0.0, float(r["d"])) for r in reversed(rows)]
 
 
 def ticket_from_row(row: Row, lane: str) -> Ticket:

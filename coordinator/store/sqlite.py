@@ -5,14 +5,14 @@ transaction is BEGIN IMMEDIATE (serializes writers across processes) and reads t
 `lane_head` row; its commit writes version + 1, next_deadline and last_now there and
 COMMITs. Hosts never see the connection.
 
-Row mapping and shared SQL are in coordinator/store/rows.py, the migrations runner in
+The reads shared with the PostgreSQL store are in coordinator/store/reads.py, row mapping and
+shared SQL in coordinator/store/rows.py, the migrations runner in
 coordinator/store/migrate.py, file modes and raw copies in coordinator/store/files.py."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
 import os
 import sqlite3
@@ -27,13 +27,7 @@ from coordinator.constants import (
     OPEN_RETRY_SECONDS,
     STORE_BUSY_TIMEOUT_MS,
 )
-from coordinator.engine.model import (
-    Incident,
-    IncidentKind,
-    LaneSnapshot,
-    Receipt,
-    Ticket,
-)
+from coordinator.engine.model import IncidentKind, LaneSnapshot
 from coordinator.engine.store import LaneHead
 from coordinator.errors import StoreError
 from coordinator.store.files import (
@@ -46,16 +40,13 @@ from coordinator.store.files import (
     remove_lane_file,
     temp_lane_path,
 )
-from coordinator.store.migrate import apply_migrations, latest_migration, migrations
+from coordinator.store.migrate import apply_migrations, latest_migration, migrations, sha256
+from coordinator.store.reads import SQLITE_READS, LaneReads
 from coordinator.store.rows import (
-    ENDED,
     PAUSE_COLUMNS,
-    RECEIPT_COLUMNS,
-    SQLITE_SEEN_LOAD,
-    TICKET_COLUMNS,
-    incident_from_row,
+    holds_from_rows,
     pause_from_row,
-    receipt_from_row,
+    projects_from_rows,
     seen_from_rows,
     seen_since,
     ticket_from_row,
@@ -78,7 +69,7 @@ def _disk_full(path: Path) -> bool:
 def _shipped() -> tuple[tuple[int, str], ...]:
     """(version, sha256) of every shipped migration, as apply_migrations records them; read
     once per process (each open read and hashed every migration file again before)."""
-    return tuple((v, hashlib.sha256(sql.encode()).hexdigest()) for v, _name, sql in migrations())
+    return tuple((v, sha256(sql)) for v, _name, sql in migrations())
 
 
 def _has_wal(path: Path) -> bool:
@@ -90,8 +81,10 @@ def _has_wal(path: Path) -> bool:
         return False
 
 
-class SqliteLaneStore(SqliteTransaction):
+class SqliteLaneStore(LaneReads, SqliteTransaction):
     """All SQL of a lane. Calls are synchronous; the caller serializes them per lane."""
+
+    _reads = SQLITE_READS
 
     def __init__(
         self,
@@ -375,30 +368,16 @@ class SqliteLaneStore(SqliteTransaction):
     def _load(self) -> LaneSnapshot:
         lane = self.lane
         snap = LaneSnapshot()
-        snap.live = [
-            ticket_from_row(r, lane)
-            for r in self._read(
-                # (the live tickets' index since migration 0005: tickets_live_identity)
-                f"SELECT {TICKET_COLUMNS} FROM tickets INDEXED BY tickets_live_identity "
-                "WHERE state IN ('queued', 'held') ORDER BY seq"
-            )
-        ]
+        q = self._reads
+        snap.live = [ticket_from_row(r, lane) for r in self._read(q.live)]
         meta = {r["key"]: r["value"] for r in self._read("SELECT key, value FROM meta")}
         snap.last_fence = int(meta.get("last_fence", "0"))
         snap.next_seq = int(meta.get("next_seq", "1"))
-        snap.project_served = {
-            r["project"]: r["last_fence"]
-            for r in self._read("SELECT project, last_fence FROM projects")
-        }
+        snap.project_served = projects_from_rows(self._read(q.projects))
         rows = self._read(f"SELECT {PAUSE_COLUMNS} FROM pause")
         if rows:
             snap.pause = pause_from_row(rows[0])
-        holds = self._read(
-            f"SELECT ended_at - held_at AS d FROM tickets WHERE {ENDED} AND held_at IS NOT NULL "
-            "ORDER BY ended_at DESC, seq DESC LIMIT ?",
-            (ETA_HOLD_SAMPLE_SIZE,),
-        )
-        snap.recent_holds = [max(0.0, float(r["d"])) for r in reversed(holds)]
+        snap.recent_holds = holds_from_rows(self._read(q.holds, (ETA_HOLD_SAMPLE_SIZE,)))
         snap.history_count = self.history_count()
         snap.incident_count = int(self._read("SELECT count(*) AS n FROM incidents")[0]["n"])
         coll = self._read(
@@ -409,60 +388,9 @@ class SqliteLaneStore(SqliteTransaction):
             snap.last_collision = json.loads(coll[0]["detail"])
         head = self._head()
         snap.version, snap.last_now = head.version, head.last_now
-        seen = self._read(SQLITE_SEEN_LOAD, (seen_since(head.last_now),))
+        seen = self._read(q.seen, (seen_since(head.last_now),))
         snap.machines_seen = seen_from_rows(seen)
         return snap
-
-    def get_ticket(self, ticket_id: str) -> Ticket | None:
-        rows = self._read(f"SELECT {TICKET_COLUMNS} FROM tickets WHERE ticket_id = ?", (ticket_id,))
-        return ticket_from_row(rows[0], self.lane) if rows else None
-
-    def get_receipt(self, receipt_id: str) -> Receipt | None:
-        rows = self._read(
-            f"SELECT {RECEIPT_COLUMNS} FROM receipts WHERE receipt_id = ?", (receipt_id,)
-        )
-        return receipt_from_row(rows[0]) if rows else None
-
-    def recent_receipts(self, limit: int) -> list[Receipt]:
-        rows = self._read(
-            f"SELECT {RECEIPT_COLUMNS} FROM receipts ORDER BY created_at DESC, rowid DESC LIMIT ?",
-            (limit,),
-        )
-        return [receipt_from_row(r) for r in rows]
-
-    def receipts_for_ticket(self, ticket_id: str) -> list[Receipt]:
-        rows = self._read(
-            f"SELECT {RECEIPT_COLUMNS} FROM receipts WHERE ticket_id = ? "
-            "ORDER BY created_at, rowid",
-            (ticket_id,),
-        )
-        return [receipt_from_row(r) for r in rows]
-
-    def history(self, limit: int, project: str | None) -> list[Ticket]:
-        if project is None:
-            rows = self._read(
-                f"SELECT {TICKET_COLUMNS} FROM tickets WHERE {ENDED} "
-                "ORDER BY ended_at DESC, seq DESC LIMIT ?",
-                (limit,),
-            )
-        else:
-            rows = self._read(
-                f"SELECT {TICKET_COLUMNS} FROM tickets WHERE {ENDED} AND project = ? "
-                "ORDER BY ended_at DESC, seq DESC LIMIT ?",
-                (project, limit),
-            )
-        return [ticket_from_row(r, self.lane) for r in rows]
-
-    def history_count(self) -> int:
-        return int(self._read(f"SELECT count(*) AS n FROM tickets WHERE {ENDED}")[0]["n"])
-
-    def incidents(self, limit: int) -> list[tuple[int, Incident]]:
-        rows = self._read(
-            "SELECT id, kind, at, ticket_id, machine_id, detail FROM incidents "
-            "ORDER BY id DESC LIMIT ?",
-            (limit,),
-        )
-        return [incident_from_row(r) for r in rows]
 
     def backup_to(self, dest: Path) -> None:
         """A consistent online copy through SQLite's backup API."""

@@ -41,8 +41,8 @@ from coordinator.engine.model import (
 )
 from coordinator.engine.store import Group, LaneHead, LockingStore, PipelinedStore, StaleLane
 from coordinator.errors import StoreError
+from coordinator.store.reads import SQLITE_READS
 from coordinator.store.rows import (
-    ENDED,
     PAUSE_COLUMNS,
     RECEIPT_COLUMNS,
     SQLITE_SEEN_PRUNE,
@@ -77,9 +77,7 @@ _RECEIPT_INSERT = f"INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES (?, ?, ?, ?,
 _INCIDENT_INSERT = (
     "INSERT INTO incidents (kind, at, ticket_id, machine_id, detail) VALUES (?, ?, ?, ?, ?)"
 )
-_OLDEST_ENDED = (
-    f"SELECT ticket_id FROM tickets WHERE {ENDED} ORDER BY ended_at ASC, seq ASC LIMIT ?"
-)
+_OLDEST_ENDED = SQLITE_READS.oldest_ended
 _PRUNE_RECEIPTS = f"DELETE FROM receipts WHERE ticket_id IN ({_OLDEST_ENDED})"
 _PRUNE_TICKETS = f"DELETE FROM tickets WHERE ticket_id IN ({_OLDEST_ENDED})"
 _PRUNE_INCIDENTS = (

@@ -13,27 +13,25 @@ import pytest
 from coordinator.engine.model import PutCounters, PutTicket, TicketState
 from coordinator.errors import StoreError
 from coordinator.store.migrate import migrations
-from coordinator.store.rows import ENDED, TICKET_COLUMNS
+from coordinator.store.reads import SQLITE_READS
+from coordinator.store.rows import TICKET_COLUMNS, TICKET_UPDATE, ticket_update_values
 from coordinator.store.sqlite import SqliteLaneStore
 from tests.store_pg.kit import ended, ticket, write
 
 from .kit import LANE, T0
 
-# Every query the SQLite lane store runs on `tickets` (coordinator/store/sqlite.py,
-# sqlite_writes.py), with a key naming it.
-QUERIES = {
-    "live": f"SELECT {TICKET_COLUMNS} FROM tickets INDEXED BY tickets_live_identity "
-    "WHERE state IN ('queued', 'held') ORDER BY seq",
-    "by id": f"SELECT {TICKET_COLUMNS} FROM tickets WHERE ticket_id = 't_1'",
-    "update": "UPDATE tickets SET state = 'done' WHERE ticket_id = 't_1'",
-    "history": f"SELECT {TICKET_COLUMNS} FROM tickets WHERE {ENDED} "
-    "ORDER BY ended_at DESC, seq DESC LIMIT 5",
-    "history of a project": f"SELECT {TICKET_COLUMNS} FROM tickets WHERE {ENDED} "
-    "AND project = 'p' ORDER BY ended_at DESC, seq DESC LIMIT 5",
-    "hold durations": f"SELECT ended_at - held_at AS d FROM tickets WHERE {ENDED} "
-    "AND held_at IS NOT NULL ORDER BY ended_at DESC, seq DESC LIMIT 5",
-    "history count": f"SELECT count(*) AS n FROM tickets WHERE {ENDED}",
-    "prune": f"SELECT ticket_id FROM tickets WHERE {ENDED} ORDER BY ended_at ASC, seq ASC LIMIT 5",
+# Every query the SQLite lane store runs on `tickets` (coordinator/store/reads.py, rows.py),
+# with a key naming it, and its parameters.
+Q = SQLITE_READS
+QUERIES: dict[str, tuple[str, tuple[object, ...]]] = {
+    "live": (Q.live, ()),
+    "by id": (Q.ticket, ("t_1",)),
+    "update": (TICKET_UPDATE, ticket_update_values(ticket("t_1", 1, state=TicketState.DONE))),
+    "history": (Q.history, (5,)),
+    "history of a project": (Q.project_history, ("p", 5)),
+    "hold durations": (Q.holds, (5,)),
+    "history count": (Q.history_count, ()),
+    "prune": (Q.oldest_ended, (5,)),
 }
 # What each query's plan must say (a full scan of the table reads the whole history).
 PLANS = {
@@ -109,8 +107,9 @@ def test_tickets_has_five_indexes_and_every_constraint(store: SqliteLaneStore) -
 def test_every_tickets_query_uses_an_index(store: SqliteLaneStore) -> None:
     db = raw(store.path)
     try:
-        for name, sql in QUERIES.items():
-            plan = " | ".join(r["detail"] for r in db.execute("EXPLAIN QUERY PLAN " + sql))
+        for name, (sql, args) in QUERIES.items():
+            rows = db.execute("EXPLAIN QUERY PLAN " + sql, args)
+            plan = " | ".join(r["detail"] for r in rows)
             assert plan.startswith(PLANS[name]), (name, plan)
     finally:
         db.close()
