@@ -38,7 +38,6 @@ from coordinator.http.middleware import (
     TOKENS_KEY,
     UNAUTHORIZED_LOG_KEY,
     app_middleware,
-    json_reply,
     reply_headers,
 )
 from coordinator.http.presence import Presence
@@ -56,6 +55,7 @@ from coordinator.http.reads import (
     overview,
     readyz,
 )
+from coordinator.http.server import json_reply
 from coordinator.logs import RateLimitedLog
 from coordinator.metrics import Metrics
 from coordinator.protocol import requests as S

@@ -40,6 +40,7 @@ from aiohttp.web_server import Server
 from coordinator.config import Config
 from coordinator.constants import COORDINATOR_KIND
 from coordinator.logs import RateLimitedLog
+from coordinator.protocol import replies as wire
 from coordinator.protocol.errors import (
     BadRequest,
     LaneError,
@@ -55,24 +56,47 @@ log = structlog.get_logger("coordinator.http")
 
 _ErrorHandler = Callable[[BaseRequest], Awaitable[StreamResponse]]
 
-SERVER_HEADER = "lane-coordinator"
+SERVER_HEADER = "lane-coordinator"  # never the Python or aiohttp version
+WWW_AUTHENTICATE = 'Bearer realm="lane-coordinator"'
+
 # ---------------------------------------------------------------- the error shape
 
 
-def error_response(
-    err: LaneError, *, v1: bool = True, kind: str = COORDINATOR_KIND
-) -> web.Response:
-    """The error shape, for replies written outside the app's middlewares. Parser errors
-    name the coordinator: the path they were meant for is unknown."""
-    reply = err.reply(kind if v1 else None)
-    resp = web.Response(
-        body=msgspec.json.encode(reply), status=err.status, content_type="application/json"
+def json_reply(reply: wire.Wire, status: int = 200) -> web.Response:
+    """A protocol reply, encoded (every /v1 reply already names its `coordinator`)."""
+    return web.Response(
+        body=msgspec.json.encode(reply), status=status, content_type="application/json"
     )
-    resp.headers["Server"] = SERVER_HEADER
-    resp.headers["X-Content-Type-Options"] = "nosniff"
-    resp.headers["Cache-Control"] = "no-store"
+
+
+def error_response(
+    err: LaneError, kind: str | None, headers: dict[str, str] | None = None
+) -> web.Response:
+    """The error shape, with `coordinator` = `kind` (None: left out, outside /v1); a 401 names
+    the scheme to use (RFC 6750); `headers` are added."""
+    resp = json_reply(err.reply(kind), err.status)
     if err.status == 401:
-        resp.headers["WWW-Authenticate"] = 'Bearer realm="lane-coordinator"'
+        resp.headers["WWW-Authenticate"] = WWW_AUTHENTICATE
+    if headers:
+        resp.headers.update(headers)
+    return resp
+
+
+def stamp_headers(response: StreamResponse, *, no_store: bool) -> None:
+    """The headers every reply carries (`no_store`: token-gated data, and every error
+    written outside the app)."""
+    response.headers["Server"] = SERVER_HEADER
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    if no_store:
+        response.headers.setdefault("Cache-Control", "no-store")
+
+
+def _bare_error(err: LaneError, kind: str) -> web.Response:
+    """The error shape for a reply written outside the app's middlewares (no app signal
+    adds its headers). Parser errors name the coordinator: the path they were meant for is
+    unknown."""
+    resp = error_response(err, kind)
+    stamp_headers(resp, no_store=True)
     return resp
 
 
@@ -101,7 +125,7 @@ def _guarded(handler: _ErrorHandler, kind: str) -> _ErrorHandler:
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
-            return error_response(_http_exception_error(exc), kind=kind)
+            return _bare_error(_http_exception_error(exc), kind)
 
     return guarded
 
@@ -228,7 +252,7 @@ class LaneRequestHandler(RequestHandler):
         else:
             err = Unavailable("internal error; the request was not applied")
             log.error("http.internal_error", error=type(exc).__name__ if exc else None)
-        resp = error_response(err, kind=self._lane.kind)
+        resp = _bare_error(err, self._lane.kind)
         resp.force_close()
         return resp
 
