@@ -3,7 +3,7 @@ own enums, error classes and constants agree with, and which decodes the way a c
 
 from __future__ import annotations
 
-from typing import get_args
+from typing import Any, get_args
 
 import msgspec
 import pytest
@@ -121,7 +121,7 @@ def test_integral_numbers_are_integers_in_requests() -> None:
 def test_validate_names_the_field_in_its_message() -> None:
     ok = S.validate({"protocolVersion": 1, "lane": "a:b", "limit": 100.0}, S.HistoryBody)
     assert ok.limit == 100
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"protocolVersion": 1, "lane": "a:b", "limit": 0}, "limit: Expected `int` >= 1"),
         ({"protocolVersion": 1}, "lane: required"),
         ({"protocolVersion": 1, "lane": "Nope"}, "lane: must be route:account"),
