@@ -15,15 +15,11 @@ from aiohttp import web, web_response
 from coordinator.actor.registry import LaneRegistry
 from coordinator.config import Config
 from coordinator.http.presence import Presence
-from coordinator.http.server import SERVER_HEADER, error_response, stamp_headers
+from coordinator.http.server import SERVER_HEADER, error_response, http_refusal, stamp_headers
 from coordinator.logs import RateLimitedLog, enabled
 from coordinator.metrics import Metrics
 from coordinator.protocol.errors import (
-    BadRequest,
     LaneError,
-    MethodNotAllowed,
-    NotFound,
-    PayloadTooLarge,
     Unauthorized,
     Unavailable,
 )
@@ -55,19 +51,6 @@ def _error(
     return error_response(exc, request.app[REGISTRY_KEY].kind if v1 else None, headers)
 
 
-def _http_error(request: web.Request, exc: web.HTTPException) -> tuple[LaneError, dict[str, str]]:
-    """aiohttp's own refusals, in SPEC's codes (a wrong method is a 405 with an Allow header)."""
-    if isinstance(exc, web.HTTPRequestEntityTooLarge):
-        return PayloadTooLarge("body: larger than the configured max_body_bytes"), {}
-    if isinstance(exc, web.HTTPNotFound):
-        return NotFound("path: no such endpoint"), {}  # the path is never repeated
-    if isinstance(exc, web.HTTPMethodNotAllowed):
-        allowed = ", ".join(sorted(exc.allowed_methods))
-        msg = f"method: {request.method} is not allowed on {request.path}; use {allowed}"
-        return MethodNotAllowed(msg), {"Allow": allowed}
-    return BadRequest(exc.reason), {}
-
-
 # ---------------------------------------------------------------- middlewares
 
 
@@ -93,7 +76,7 @@ async def app_middleware(request: web.Request, handler: Handler) -> web.StreamRe
         if exc.status in (301, 302, 303, 307, 308):
             status = exc.status
             raise
-        err, headers = _http_error(request, exc)
+        err, headers = http_refusal(request, exc)
         status = err.status
         return _error(request, err, headers)
     except LaneError as exc:

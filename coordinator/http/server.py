@@ -91,29 +91,34 @@ def stamp_headers(response: StreamResponse, *, no_store: bool) -> None:
         response.headers.setdefault("Cache-Control", "no-store")
 
 
-def _bare_error(err: LaneError, kind: str) -> web.Response:
+def _bare_error(err: LaneError, kind: str, headers: dict[str, str] | None = None) -> web.Response:
     """The error shape for a reply written outside the app's middlewares (no app signal
     adds its headers). Parser errors name the coordinator: the path they were meant for is
     unknown."""
-    resp = error_response(err, kind)
+    resp = error_response(err, kind, headers)
     stamp_headers(resp, no_store=True)
     return resp
 
 
-def _http_exception_error(exc: web.HTTPException) -> LaneError:
-    """An aiohttp HTTPException that escaped the app's middlewares (an `Expect:` header the
-    app cannot meet is the one known case) in SPEC's codes."""
-    by_status: dict[int, type[LaneError]] = {
-        401: Unauthorized,
-        404: NotFound,
-        405: MethodNotAllowed,
-        413: PayloadTooLarge,
-        415: UnsupportedMediaType,
-    }
+def http_refusal(request: BaseRequest, exc: web.HTTPException) -> tuple[LaneError, dict[str, str]]:
+    """An aiohttp HTTPException (aiohttp's own refusals: in the app's middleware, or escaping
+    it, an `Expect:` header the app cannot meet being the one known case) in SPEC's codes,
+    with the headers its reply needs (a wrong method is a 405 with an Allow header)."""
     if isinstance(exc, web.HTTPExpectationFailed):
-        return BadRequest("Expect: only 100-continue is supported")
-    cls = by_status.get(exc.status, BadRequest)
-    return cls(f"request: refused ({exc.status})")
+        return BadRequest("Expect: only 100-continue is supported"), {}
+    if isinstance(exc, web.HTTPRequestEntityTooLarge):
+        return PayloadTooLarge("body: larger than the configured max_body_bytes"), {}
+    if isinstance(exc, web.HTTPNotFound):
+        return NotFound("path: no such endpoint"), {}  # the path is never repeated
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        allowed = ", ".join(sorted(exc.allowed_methods))
+        msg = f"method: {request.method} is not allowed on {request.path}; use {allowed}"
+        return MethodNotAllowed(msg), {"Allow": allowed}
+    if exc.status == 401:
+        return Unauthorized(f"request: refused ({exc.status})"), {}
+    if exc.status == 415:
+        return UnsupportedMediaType(f"request: refused ({exc.status})"), {}
+    return BadRequest(exc.reason), {}
 
 
 def _guarded(handler: _ErrorHandler, kind: str) -> _ErrorHandler:
@@ -125,7 +130,8 @@ def _guarded(handler: _ErrorHandler, kind: str) -> _ErrorHandler:
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
-            return _bare_error(_http_exception_error(exc), kind)
+            err, headers = http_refusal(request, exc)
+            return _bare_error(err, kind, headers)
 
     return guarded
 
