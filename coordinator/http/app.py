@@ -18,14 +18,7 @@ from coordinator.constants import (
     MAX_RECEIPT_PAYLOAD_BYTES,
     SUPPORTED_PROTOCOLS,
 )
-from coordinator.engine.commands import (
-    Acquire,
-    Cooldown,
-    Heartbeat,
-    RecordReceipt,
-    Release,
-    TicketCall,
-)
+from coordinator.engine import commands
 from coordinator.http.body import read_body
 from coordinator.http.middleware import (
     CLOCK_KEY,
@@ -115,8 +108,8 @@ def _saw(request: web.Request, lane: str | None, machine: str | None, claim: str
         request.app[PRESENCE_KEY].saw(machine, clock.now(), lane)
 
 
-def _call(body: S.TicketBody) -> TicketCall:
-    return TicketCall(body.machine_id, body.claim_id, body.ticket_id)
+def _call(body: S.TicketBody) -> commands.TicketCall:
+    return commands.TicketCall(body.machine_id, body.claim_id, body.ticket_id)
 
 
 # ---------------------------------------------------------------- handlers
@@ -129,7 +122,7 @@ async def acquire(request: web.Request) -> web.Response:
         # The client gave up (e.g. while the server was frozen): a ticket made now would be a
         # ghost nobody waits for, and could be promoted and hold the slot for a whole lease.
         raise Unavailable("the client has gone; nothing was applied")
-    cmd = Acquire(
+    cmd = commands.Acquire(
         b.machine_id,
         b.claim_id,
         b.project,
@@ -150,14 +143,16 @@ async def await_(request: web.Request) -> web.Response:
 async def heartbeat(request: web.Request) -> web.Response:
     b: S.HeartbeatBody = await _body(request, S.HeartbeatBody)
     _saw(request, b.lane, b.machine_id, b.claim_id)
-    reply = await request.app[SERVICE_KEY].heartbeat(b.lane, Heartbeat(_call(b), b.lease_seconds))
+    reply = await request.app[SERVICE_KEY].heartbeat(
+        b.lane, commands.Heartbeat(_call(b), b.lease_seconds)
+    )
     return json_reply(reply)
 
 
 async def release(request: web.Request) -> web.Response:
     b: S.ReleaseBody = await _body(request, S.ReleaseBody)
     _saw(request, b.lane, b.machine_id, b.claim_id)
-    cmd = Release(_call(b), b.outcome, b.provider_job_id, b.note)
+    cmd = commands.Release(_call(b), b.outcome, b.provider_job_id, b.note)
     return json_reply(await request.app[SERVICE_KEY].release(b.lane, cmd))
 
 
@@ -168,7 +163,7 @@ async def receipt(request: web.Request) -> web.Response:
     canonical = canonical_json(b.payload)
     if len(canonical) > MAX_RECEIPT_PAYLOAD_BYTES:
         raise BadRequest(f"payload: larger than {MAX_RECEIPT_PAYLOAD_BYTES} bytes")
-    cmd = RecordReceipt(
+    cmd = commands.RecordReceipt(
         machine_id=b.machine_id,
         claim_id=b.claim_id,
         ticket_id=b.ticket_id,
@@ -191,7 +186,7 @@ async def receipt(request: web.Request) -> web.Response:
 async def cooldown(request: web.Request) -> web.Response:
     b: S.CooldownBody = await _body(request, S.CooldownBody)
     _saw(request, b.lane, b.machine_id, b.claim_id)
-    cmd = Cooldown(_call(b), b.reason_code, b.retry_after_seconds)
+    cmd = commands.Cooldown(_call(b), b.reason_code, b.retry_after_seconds)
     return json_reply(await request.app[SERVICE_KEY].cooldown(b.lane, cmd))
 
 
