@@ -26,14 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import secrets
 import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
-
-import msgspec
 
 from client.api import DEFAULT_COOLDOWN_REASON, LOCAL_KIND, PROTOCOL_VERSION, receipt_fields
 from client.backend import BackendBase
@@ -65,7 +62,7 @@ from coordinator.errors import StoreError
 from coordinator.protocol import constants as P
 from coordinator.protocol import requests as S
 from coordinator.protocol.errors import LaneError
-from coordinator.protocol.names import MACHINE_RE, lane_file_name, parse_lane
+from coordinator.protocol.names import MACHINE_RE, lane_file_name, new_ticket_id
 from coordinator.protocol.receipts import check_receipt_id
 from coordinator.protocol.replies import (
     CooldownReply,
@@ -88,26 +85,12 @@ T = TypeVar("T")
 B = TypeVar("B", bound=S.Base)
 
 
-def _validation_message(text: str) -> str:
-    msg, sep, where = text.rpartition(" - at `$.")
-    if sep:
-        return f"{where.rstrip('`')}: {msg}"
-    if text.startswith("Object missing required field") and "`" in text:
-        return f"{text.split('`')[1]}: required"
-    return text
-
-
 def _validate(schema: type[B], body: dict[str, Any]) -> B:
-    """The coordinator's own request schema, so local and shared refuse the same input."""
+    """The coordinator's own request validation, so local and shared refuse the same input."""
     try:
-        b = S.convert(body, schema)
-    except msgspec.ValidationError as exc:
-        raise BadRequestError(message=_validation_message(str(exc))) from None
-    try:
-        parse_lane(b.lane)
+        return S.validate(body, schema)
     except LaneError as exc:
         raise BadRequestError(message=exc.message) from None
-    return b
 
 
 def _client_error(exc: LaneError) -> LaneClientError:
@@ -306,7 +289,7 @@ class LocalQueue(BackendBase):
         )  # fmt: skip
         cmd = Acquire(
             b.machine_id, b.claim_id, b.project, b.scene, b.prompt_hash, b.lease_seconds,
-            "t_" + secrets.token_urlsafe(16),
+            new_ticket_id(),
         )  # fmt: skip
         return await self._run(lane, AcquireOp(cmd))
 

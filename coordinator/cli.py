@@ -27,10 +27,10 @@ from coordinator.protocol.constants import ACTOR_POSTGRES, ACTOR_SQLITE
 from coordinator.protocol.errors import LaneError
 from coordinator.protocol.names import lane_from_file_name
 from coordinator.store.files import copy_lane_file, make_private_dir
-from coordinator.store.postgres_db import migrate, migrations, redact_dsn
+from coordinator.store.postgres_db import migrate, migrations
 from coordinator.store.postgres_storage import PostgresStorage
 from coordinator.store.sqlite import SqliteLaneStore
-from coordinator.store.storage import SQLITE, is_postgres_url
+from coordinator.store.storage import SQLITE, postgres_url, sqlite_data_dir, store_label
 
 log = structlog.get_logger("coordinator.cli")
 
@@ -67,12 +67,7 @@ def resolve_store(
     """The store URL in force: --store, else $LANE_COORDINATOR_STORE, else the config's
     `store`; None (or "sqlite") is the SQLite store."""
     from_env = (os.environ if env is None else env).get(STORE_ENV)
-    url = flag or from_env or config.store
-    if url is None or url == SQLITE:
-        return None
-    if not is_postgres_url(url):
-        raise ConfigError("store: expected 'sqlite' or a postgresql://user@host[:port]/db URL")
-    return url
+    return postgres_url(flag or from_env or config.store)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -119,7 +114,7 @@ def migrate_cmd(args: argparse.Namespace) -> int:
     url = _postgres_url(args, "migrate")
     applied = migrate(url)
     done = ", ".join(applied) if applied else "nothing to apply"
-    print(f"ok: {redact_dsn(url)} migrated ({done}); schema version {migrations()[-1][0]}")
+    print(f"ok: {store_label(url)} migrated ({done}); schema version {migrations()[-1][0]}")
     return 0
 
 
@@ -146,13 +141,11 @@ def check(args: argparse.Namespace) -> int:
             storage.stop()
         print(
             f"ok: config valid ({len(config.routes)} routes, {len(config.lanes)} lane "
-            f"overrides), {len(tokens)} token(s) accepted, database {redact_dsn(url)} at "
+            f"overrides), {len(tokens)} token(s) accepted, database {store_label(url)} at "
             f"schema version {version}; would listen on {args.host}:{args.port}"
         )
         return 0
-    if args.data_dir is None:
-        raise ConfigError("--data-dir is required with the sqlite store")
-    data_dir: Path = args.data_dir
+    data_dir = sqlite_data_dir(args.data_dir)
     if data_dir.exists() and not data_dir.is_dir():
         raise ConfigError(f"data dir: {data_dir} is not a directory")
     lanes = []
@@ -262,8 +255,8 @@ async def _serve(args: argparse.Namespace) -> int:
 
     config, tokens = _load(args)
     url = resolve_store(args.store, config)
-    if url is None and args.data_dir is None:
-        raise ConfigError("--data-dir is required with the sqlite store")
+    if url is None:
+        sqlite_data_dir(args.data_dir)  # ConfigError before anything starts
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(_loop_exception_handler(args.log_level.lower() == "debug"))
     _raise_open_file_limit(config.max_connections)
@@ -289,7 +282,7 @@ async def _serve(args: argparse.Namespace) -> int:
     log.info(
         "coordinator.started",
         version=__version__,
-        store=redact_dsn(url) if url else SQLITE,
+        store=store_label(url),
         data_dir=str(args.data_dir) if url is None else None,
         address=_address(args.host, port),
     )

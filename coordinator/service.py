@@ -9,7 +9,6 @@ from coordinator/engine/unenforced.py without any actor or file.
 from __future__ import annotations
 
 import asyncio
-import secrets
 import uuid
 from typing import TypeVar
 
@@ -60,11 +59,6 @@ from coordinator.protocol.errors import NotFound
 from coordinator.protocol.queries import OverviewParams
 
 R = TypeVar("R")
-
-
-def new_ticket_id() -> str:
-    """`t_` + 128 random bits, url-safe: ticket ids are lease capabilities."""
-    return "t_" + secrets.token_urlsafe(16)
 
 
 class LaneService:

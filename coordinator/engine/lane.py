@@ -4,14 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.engine.commands import (
-    Acquire,
-    Cooldown,
-    Heartbeat,
-    RecordReceipt,
-    Release,
-    TicketCall,
-)
+from coordinator.engine import commands
 from coordinator.engine.lane_views import LaneViews
 from coordinator.engine.model import (
     Effects,
@@ -71,9 +64,7 @@ class LaneCore(LaneViews):
         """End a due pause, reap due leases and waiters, then fill capacity."""
         if self.pause is not None and now >= self.pause.until:
             ended = self.pause
-            self.pause = None
-            fx.changes.append(PutPause(None))
-            fx.pause_changed = True
+            self._set_pause(None, fx)
             self._incident(
                 fx,
                 IncidentKind.COOLDOWN_ENDED,
@@ -97,6 +88,11 @@ class LaneCore(LaneViews):
                 {"waiterTimeoutSeconds": self.settings.waiter_timeout_seconds},
             )
         self._promote(now, fx)
+
+    def _set_pause(self, pause: Pause | None, fx: Effects) -> None:
+        self.pause = pause
+        fx.changes.append(PutPause(pause))
+        fx.pause_changed = True
 
     def _promote(self, now: float, fx: Effects) -> None:
         if self.paused(now):
@@ -174,6 +170,16 @@ class LaneCore(LaneViews):
             fx.changes.append(PruneIncidents(keep, self.incident_count - keep))
             self.incident_count = keep
 
+    def _begin(
+        self, machine_id: str, ticket_id: str, now: float, ended: Ticket | None
+    ) -> tuple[Effects, Ticket]:
+        """A call on a ticket starts so: advance to `now`, note the machine, find the ticket
+        (live, else `ended` as the store read it; not-found otherwise)."""
+        fx = Effects()
+        self.tick(now, fx)
+        self._seen(machine_id, now)
+        return fx, self._find(ticket_id, ended)
+
     def _find(self, ticket_id: str, ended: Ticket | None) -> Ticket:
         t = self.live.get(ticket_id)
         if t is None:
@@ -184,7 +190,7 @@ class LaneCore(LaneViews):
 
     # ------------------------------------------------------------------ commands
 
-    def acquire(self, cmd: Acquire, now: float) -> tuple[wire.LaneReply, Effects]:
+    def acquire(self, cmd: commands.Acquire, now: float) -> tuple[wire.LaneReply, Effects]:
         fx = Effects()
         self.tick(now, fx)
         self._seen(cmd.machine_id, now)
@@ -242,13 +248,10 @@ class LaneCore(LaneViews):
         return self.lane_reply(t, now, caller_owns=True, duplicate=False), fx
 
     def await_(
-        self, call: TicketCall, now: float, ended: Ticket | None
+        self, call: commands.TicketCall, now: float, ended: Ticket | None
     ) -> tuple[wire.LaneReply, Effects, bool]:
         """Reply, effects, and whether the caller should park (the ticket is still queued)."""
-        fx = Effects()
-        self.tick(now, fx)
-        self._seen(call.machine_id, now)
-        t = self._find(call.ticket_id, ended)
+        fx, t = self._begin(call.machine_id, call.ticket_id, now, ended)
         if not is_owner(t, call.machine_id, call.claim_id):
             raise NotOwner(f"ticketId: {call.ticket_id} is owned by another driver")
         self._keepalive(t, now)
@@ -256,13 +259,10 @@ class LaneCore(LaneViews):
         return reply, fx, t.state is TicketState.QUEUED
 
     def heartbeat(
-        self, cmd: Heartbeat, now: float, ended: Ticket | None
+        self, cmd: commands.Heartbeat, now: float, ended: Ticket | None
     ) -> tuple[wire.HeartbeatReply, Effects]:
-        fx = Effects()
-        self.tick(now, fx)
         call = cmd.call
-        self._seen(call.machine_id, now)
-        t = self._find(call.ticket_id, ended)
+        fx, t = self._begin(call.machine_id, call.ticket_id, now, ended)
         reason: str | None = None
         if not is_owner(t, call.machine_id, call.claim_id):
             reason = "not-owner"
@@ -291,13 +291,10 @@ class LaneCore(LaneViews):
         ), fx
 
     def release(
-        self, cmd: Release, now: float, ended: Ticket | None
+        self, cmd: commands.Release, now: float, ended: Ticket | None
     ) -> tuple[wire.ReleaseReply, Effects]:
-        fx = Effects()
-        self.tick(now, fx)
         call = cmd.call
-        self._seen(call.machine_id, now)
-        t = self._find(call.ticket_id, ended)
+        fx, t = self._begin(call.machine_id, call.ticket_id, now, ended)
         promoted_before = len(fx.promoted)
         released, reason = False, None
         if not is_owner(t, call.machine_id, call.claim_id):
@@ -335,13 +332,10 @@ class LaneCore(LaneViews):
         ), fx
 
     def cooldown(
-        self, cmd: Cooldown, now: float, ended: Ticket | None
+        self, cmd: commands.Cooldown, now: float, ended: Ticket | None
     ) -> tuple[wire.CooldownReply, Effects]:
-        fx = Effects()
-        self.tick(now, fx)
         call = cmd.call
-        self._seen(call.machine_id, now)
-        t = self._find(call.ticket_id, ended)
+        fx, t = self._begin(call.machine_id, call.ticket_id, now, ended)
         if not is_owner(t, call.machine_id, call.claim_id):
             raise NotOwner(f"ticketId: {call.ticket_id} is owned by another driver")
         if t.state is not TicketState.HELD:
@@ -349,45 +343,11 @@ class LaneCore(LaneViews):
                 f"ticketId: {call.ticket_id} is {t.state.value}; only a held ticket may pause"
             )
         until = now + cmd.retry_after_seconds
-        new = Pause(cmd.reason_code, now, until, call.machine_id, call.claim_id, t.ticket_id)
+        reporter = (call.machine_id, call.claim_id, t.ticket_id)
+        previous = self.pause if self.paused(now) else None
         extended = False
-        if self.paused(now):
-            assert self.pause is not None
-            if until > self.pause.until:
-                # The pause began when it began: an extension keeps startedAt, takes the new
-                # reporter and until; when it was extended is the incident's own record.
-                previous = self.pause
-                new = Pause(
-                    cmd.reason_code,
-                    previous.started_at,
-                    until,
-                    call.machine_id,
-                    call.claim_id,
-                    t.ticket_id,
-                )
-                self.pause = new
-                extended = True
-                fx.changes.append(PutPause(new))
-                fx.pause_changed = True
-                self._incident(
-                    fx,
-                    IncidentKind.COOLDOWN_EXTENDED,
-                    now,
-                    t.ticket_id,
-                    call.machine_id,
-                    {
-                        "reasonCode": cmd.reason_code,
-                        "extendedAt": now,
-                        "until": until,
-                        "previousUntil": previous.until,
-                        "startedAt": previous.started_at,
-                        "retryAfterSeconds": cmd.retry_after_seconds,
-                    },
-                )
-        else:
-            self.pause = new
-            fx.changes.append(PutPause(new))
-            fx.pause_changed = True
+        if previous is None:
+            self._set_pause(Pause(cmd.reason_code, now, until, *reporter), fx)
             self._incident(
                 fx,
                 IncidentKind.COOLDOWN_STARTED,
@@ -400,6 +360,26 @@ class LaneCore(LaneViews):
                     "retryAfterSeconds": cmd.retry_after_seconds,
                 },
             )
+        elif until > previous.until:
+            # The pause began when it began: an extension keeps startedAt, takes the new
+            # reporter and until; when it was extended is the incident's own record.
+            self._set_pause(Pause(cmd.reason_code, previous.started_at, until, *reporter), fx)
+            extended = True
+            self._incident(
+                fx,
+                IncidentKind.COOLDOWN_EXTENDED,
+                now,
+                t.ticket_id,
+                call.machine_id,
+                {
+                    "reasonCode": cmd.reason_code,
+                    "extendedAt": now,
+                    "until": until,
+                    "previousUntil": previous.until,
+                    "startedAt": previous.started_at,
+                    "retryAfterSeconds": cmd.retry_after_seconds,
+                },
+            )
         assert self.pause is not None
         reply = wire.CooldownReply(
             coordinator=self.coordinator, paused=True, extended=extended, pause=self.pause.wire()
@@ -408,16 +388,13 @@ class LaneCore(LaneViews):
 
     def receipt(
         self,
-        cmd: RecordReceipt,
+        cmd: commands.RecordReceipt,
         now: float,
         ended: Ticket | None,
         existing: Receipt | None,
     ) -> tuple[wire.ReceiptReply, Effects, bool]:
         """Reply, effects, and whether a new receipt was stored (201) or not (200)."""
-        fx = Effects()
-        self.tick(now, fx)
-        self._seen(cmd.machine_id, now)
-        t = self._find(cmd.ticket_id, ended)
+        fx, t = self._begin(cmd.machine_id, cmd.ticket_id, now, ended)
         if t.machine_id != cmd.machine_id:
             raise NotHolder(
                 f"machineId: {cmd.machine_id!r} is not the holder machine of {cmd.ticket_id}"

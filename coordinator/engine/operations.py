@@ -28,14 +28,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import msgspec
 
 from coordinator.constants import EVIDENCE_RECENT_SECONDS, MACHINES_LISTED_MAX
-from coordinator.engine.commands import (
-    Acquire,
-    Cooldown,
-    Heartbeat,
-    RecordReceipt,
-    Release,
-    TicketCall,
-)
+from coordinator.engine import commands
 from coordinator.engine.lane import LaneCore
 from coordinator.engine.model import Effects, LaneSettings, LaneSnapshot, ReceiptPhase, Ticket
 from coordinator.engine.store import NO_NEEDS, Needs, Reads
@@ -93,7 +86,7 @@ def _ended(core: LaneCore, ticket_id: str) -> Needs:
 
 @dataclass(slots=True, frozen=True)
 class AcquireOp:
-    cmd: Acquire
+    cmd: commands.Acquire
     creates: bool = True
 
     def needs(self, core: LaneCore) -> Needs:
@@ -109,7 +102,7 @@ class AwaitOp:
     """One look at a ticket; `park` names it while it is still queued (the actor parks a
     long poll on it, the local queue polls again)."""
 
-    call: TicketCall
+    call: commands.TicketCall
     creates: bool = False
 
     def needs(self, core: LaneCore) -> Needs:
@@ -120,50 +113,56 @@ class AwaitOp:
         return Result(reply, answered(core, now, fx), self.call.ticket_id if park else None)
 
 
+# heartbeat, release and cooldown: one command naming one ticket (`cmd.call`), answered by
+# the core's method of the same name.
+_C = TypeVar("_C", commands.Heartbeat, commands.Release, commands.Cooldown)
+
+
 @dataclass(slots=True, frozen=True)
-class HeartbeatOp:
-    cmd: Heartbeat
+class _TicketCommandOp(Generic[_C, R]):
+    cmd: _C
     creates: bool = False
 
     def needs(self, core: LaneCore) -> Needs:
         return _ended(core, self.cmd.call.ticket_id)
 
-    def run(self, core: LaneCore, now: float, reads: Reads) -> Result[wire.HeartbeatReply]:
-        reply, fx = core.heartbeat(self.cmd, now, reads.ticket)
+    def run(self, core: LaneCore, now: float, reads: Reads) -> Result[R]:
+        reply, fx = self._step(core, now, reads.ticket)
         return Result(reply, answered(core, now, fx))
+
+    def _step(self, core: LaneCore, now: float, ended: Ticket | None) -> tuple[R, Effects]:
+        raise NotImplementedError
 
 
 @dataclass(slots=True, frozen=True)
-class ReleaseOp:
-    cmd: Release
-    creates: bool = False
-
-    def needs(self, core: LaneCore) -> Needs:
-        return _ended(core, self.cmd.call.ticket_id)
-
-    def run(self, core: LaneCore, now: float, reads: Reads) -> Result[wire.ReleaseReply]:
-        reply, fx = core.release(self.cmd, now, reads.ticket)
-        return Result(reply, answered(core, now, fx))
+class HeartbeatOp(_TicketCommandOp[commands.Heartbeat, wire.HeartbeatReply]):
+    def _step(
+        self, core: LaneCore, now: float, ended: Ticket | None
+    ) -> tuple[wire.HeartbeatReply, Effects]:
+        return core.heartbeat(self.cmd, now, ended)
 
 
 @dataclass(slots=True, frozen=True)
-class CooldownOp:
-    cmd: Cooldown
-    creates: bool = False
+class ReleaseOp(_TicketCommandOp[commands.Release, wire.ReleaseReply]):
+    def _step(
+        self, core: LaneCore, now: float, ended: Ticket | None
+    ) -> tuple[wire.ReleaseReply, Effects]:
+        return core.release(self.cmd, now, ended)
 
-    def needs(self, core: LaneCore) -> Needs:
-        return _ended(core, self.cmd.call.ticket_id)
 
-    def run(self, core: LaneCore, now: float, reads: Reads) -> Result[wire.CooldownReply]:
-        reply, fx = core.cooldown(self.cmd, now, reads.ticket)
-        return Result(reply, answered(core, now, fx))
+@dataclass(slots=True, frozen=True)
+class CooldownOp(_TicketCommandOp[commands.Cooldown, wire.CooldownReply]):
+    def _step(
+        self, core: LaneCore, now: float, ended: Ticket | None
+    ) -> tuple[wire.CooldownReply, Effects]:
+        return core.cooldown(self.cmd, now, ended)
 
 
 @dataclass(slots=True, frozen=True)
 class ReceiptOp:
     """The reply is (HTTP status, body): 201 when a new receipt was stored, 200 otherwise."""
 
-    cmd: RecordReceipt
+    cmd: commands.RecordReceipt
     creates: bool = False
 
     def needs(self, core: LaneCore) -> Needs:

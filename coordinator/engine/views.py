@@ -58,34 +58,26 @@ def _payload(r: Receipt) -> dict[str, Any]:
     return stored_payload(r.payload_json)
 
 
-def _phase(r: Receipt) -> wire.ReceiptPhase:
-    return cast("wire.ReceiptPhase", r.phase)
+def _receipt_fields(r: Receipt) -> dict[str, Any]:
+    """A receipt's wire fields, all but its payload."""
+    return {
+        "receipt_id": r.receipt_id,
+        "ticket_id": r.ticket_id,
+        "phase": cast("wire.ReceiptPhase", r.phase),
+        "machine_id": r.machine_id,
+        "content_hash": r.content_hash,
+        "content_hash_verified": r.content_hash_verified,
+        "created_at": r.created_at,
+    }
 
 
 def receipt_row(r: Receipt) -> wire.ReceiptRow:
-    return wire.ReceiptRow(
-        receipt_id=r.receipt_id,
-        ticket_id=r.ticket_id,
-        phase=_phase(r),
-        machine_id=r.machine_id,
-        payload=_payload(r),
-        content_hash=r.content_hash,
-        content_hash_verified=r.content_hash_verified,
-        created_at=r.created_at,
-    )
+    return wire.ReceiptRow(payload=_payload(r), **_receipt_fields(r))
 
 
 def receipt_summary(r: Receipt) -> wire.ReceiptSummary:
     """A receipt row without its payload (the overview stays small; evidence has it)."""
-    return wire.ReceiptSummary(
-        receipt_id=r.receipt_id,
-        ticket_id=r.ticket_id,
-        phase=_phase(r),
-        machine_id=r.machine_id,
-        content_hash=r.content_hash,
-        content_hash_verified=r.content_hash_verified,
-        created_at=r.created_at,
-    )
+    return wire.ReceiptSummary(**_receipt_fields(r))
 
 
 def incident_row(lane: str, incident_id: int, i: Incident) -> wire.Incident:

@@ -8,21 +8,13 @@ import gc
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import structlog
 from aiohttp import web
 
 from coordinator.actor.registry import LaneRegistry
 from coordinator.clock import Clock, SystemClock
 from coordinator.config import Config
-from coordinator.engine.commands import (
-    Acquire,
-    Cooldown,
-    Heartbeat,
-    RecordReceipt,
-    Release,
-    TicketCall,
-)
+from coordinator.engine import commands
 from coordinator.http.body import read_body
 from coordinator.http.middleware import (
     CLOCK_KEY,
@@ -34,7 +26,6 @@ from coordinator.http.middleware import (
     TOKENS_KEY,
     UNAUTHORIZED_LOG_KEY,
     app_middleware,
-    json_reply,
     reply_headers,
 )
 from coordinator.http.presence import Presence
@@ -52,6 +43,7 @@ from coordinator.http.reads import (
     overview,
     readyz,
 )
+from coordinator.http.server import json_reply
 from coordinator.logs import RateLimitedLog
 from coordinator.metrics import Metrics
 from coordinator.protocol import requests as S
@@ -63,9 +55,9 @@ from coordinator.protocol.errors import (
     UnsupportedMediaType,
     UnsupportedProtocol,
 )
-from coordinator.protocol.names import parse_lane
+from coordinator.protocol.names import new_ticket_id
 from coordinator.protocol.receipts import canonical_json, check_receipt_id, content_hash
-from coordinator.service import LaneService, new_ticket_id
+from coordinator.service import LaneService
 from coordinator.store.presence import presence_store_for
 from coordinator.store.storage import open_storage
 
@@ -102,23 +94,7 @@ async def _body(request: web.Request, schema: type[S.Base]) -> Any:
             f"{', '.join(str(p) for p in SUPPORTED_PROTOCOLS)}",
             supported=list(SUPPORTED_PROTOCOLS),
         )
-    try:
-        body = S.convert(data, schema)  # 1.0 is version 1, "limit": 100.0 is 100
-    except msgspec.ValidationError as exc:
-        raise BadRequest(_validation_message(str(exc))) from None
-    parse_lane(body.lane)
-    return body
-
-
-def _validation_message(text: str) -> str:
-    """'Expected `int` >= 15 - at `$.leaseSeconds`' -> 'leaseSeconds: Expected `int` >= 15'."""
-    msg, sep, where = text.rpartition(" - at `$.")
-    if sep:
-        return f"{where.rstrip('`')}: {msg}"
-    if text.startswith("Object missing required field"):
-        field = text.split("`")[1] if "`" in text else "?"
-        return f"{field}: required"
-    return text
+    return S.validate(data, schema)  # 1.0 is version 1, "limit": 100.0 is 100
 
 
 def _saw(request: web.Request, lane: str | None, machine: str | None, claim: str | None) -> None:
@@ -129,8 +105,8 @@ def _saw(request: web.Request, lane: str | None, machine: str | None, claim: str
         request.app[PRESENCE_KEY].saw(machine, clock.now(), lane)
 
 
-def _call(body: S.TicketBody) -> TicketCall:
-    return TicketCall(body.machine_id, body.claim_id, body.ticket_id)
+def _call(body: S.TicketBody) -> commands.TicketCall:
+    return commands.TicketCall(body.machine_id, body.claim_id, body.ticket_id)
 
 
 # ---------------------------------------------------------------- handlers
@@ -143,7 +119,7 @@ async def acquire(request: web.Request) -> web.Response:
         # The client gave up (e.g. while the server was frozen): a ticket made now would be a
         # ghost nobody waits for, and could be promoted and hold the slot for a whole lease.
         raise Unavailable("the client has gone; nothing was applied")
-    cmd = Acquire(
+    cmd = commands.Acquire(
         b.machine_id,
         b.claim_id,
         b.project,
@@ -164,14 +140,16 @@ async def await_(request: web.Request) -> web.Response:
 async def heartbeat(request: web.Request) -> web.Response:
     b: S.HeartbeatBody = await _body(request, S.HeartbeatBody)
     _saw(request, b.lane, b.machine_id, b.claim_id)
-    reply = await request.app[SERVICE_KEY].heartbeat(b.lane, Heartbeat(_call(b), b.lease_seconds))
+    reply = await request.app[SERVICE_KEY].heartbeat(
+        b.lane, commands.Heartbeat(_call(b), b.lease_seconds)
+    )
     return json_reply(reply)
 
 
 async def release(request: web.Request) -> web.Response:
     b: S.ReleaseBody = await _body(request, S.ReleaseBody)
     _saw(request, b.lane, b.machine_id, b.claim_id)
-    cmd = Release(_call(b), b.outcome, b.provider_job_id, b.note)
+    cmd = commands.Release(_call(b), b.outcome, b.provider_job_id, b.note)
     return json_reply(await request.app[SERVICE_KEY].release(b.lane, cmd))
 
 
@@ -182,7 +160,7 @@ async def receipt(request: web.Request) -> web.Response:
     canonical = canonical_json(b.payload)
     if len(canonical) > MAX_RECEIPT_PAYLOAD_BYTES:
         raise BadRequest(f"payload: larger than {MAX_RECEIPT_PAYLOAD_BYTES} bytes")
-    cmd = RecordReceipt(
+    cmd = commands.RecordReceipt(
         machine_id=b.machine_id,
         claim_id=b.claim_id,
         ticket_id=b.ticket_id,
@@ -205,7 +183,7 @@ async def receipt(request: web.Request) -> web.Response:
 async def cooldown(request: web.Request) -> web.Response:
     b: S.CooldownBody = await _body(request, S.CooldownBody)
     _saw(request, b.lane, b.machine_id, b.claim_id)
-    cmd = Cooldown(_call(b), b.reason_code, b.retry_after_seconds)
+    cmd = commands.Cooldown(_call(b), b.reason_code, b.retry_after_seconds)
     return json_reply(await request.app[SERVICE_KEY].cooldown(b.lane, cmd))
 
 

@@ -9,23 +9,17 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-import msgspec
 import structlog
 from aiohttp import web, web_response
 
 from coordinator.actor.registry import LaneRegistry
 from coordinator.config import Config
 from coordinator.http.presence import Presence
-from coordinator.http.server import SERVER_HEADER
+from coordinator.http.server import SERVER_HEADER, error_response, http_refusal, stamp_headers
 from coordinator.logs import RateLimitedLog, enabled
 from coordinator.metrics import Metrics
-from coordinator.protocol import replies as wire
 from coordinator.protocol.errors import (
-    BadRequest,
     LaneError,
-    MethodNotAllowed,
-    NotFound,
-    PayloadTooLarge,
     Unauthorized,
     Unavailable,
 )
@@ -44,18 +38,9 @@ UNAUTHORIZED_LOG_KEY = web.AppKey("unauthorized_log", RateLimitedLog)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-WWW_AUTHENTICATE = 'Bearer realm="lane-coordinator"'
-# SERVER_HEADER (server.py): "lane-coordinator", never the Python or aiohttp version.
 # aiohttp stamps "Server: Python/3.x aiohttp/3.x" on every reply, the ones it writes itself
 # for a request it cannot parse included (no app signal runs for those): name us instead.
 setattr(web_response, "SERVER_SOFTWARE", SERVER_HEADER)  # noqa: B010
-
-
-def json_reply(reply: wire.Wire, status: int = 200) -> web.Response:
-    """A protocol reply, encoded (every /v1 reply already names its `coordinator`)."""
-    return web.Response(
-        body=msgspec.json.encode(reply), status=status, content_type="application/json"
-    )
 
 
 def _error(
@@ -63,25 +48,7 @@ def _error(
 ) -> web.Response:
     """The error shape; under /v1 it carries `coordinator` like every /v1 reply."""
     v1 = request.path.startswith("/v1/")
-    resp = json_reply(exc.reply(request.app[REGISTRY_KEY].kind if v1 else None), exc.status)
-    if exc.status == 401:  # RFC 6750: say which scheme to use
-        resp.headers["WWW-Authenticate"] = WWW_AUTHENTICATE
-    if headers:
-        resp.headers.update(headers)
-    return resp
-
-
-def _http_error(request: web.Request, exc: web.HTTPException) -> tuple[LaneError, dict[str, str]]:
-    """aiohttp's own refusals, in protocol codes (a wrong method is a 405 with an Allow header)."""
-    if isinstance(exc, web.HTTPRequestEntityTooLarge):
-        return PayloadTooLarge("body: larger than the configured max_body_bytes"), {}
-    if isinstance(exc, web.HTTPNotFound):
-        return NotFound("path: no such endpoint"), {}  # the path is never repeated
-    if isinstance(exc, web.HTTPMethodNotAllowed):
-        allowed = ", ".join(sorted(exc.allowed_methods))
-        msg = f"method: {request.method} is not allowed on {request.path}; use {allowed}"
-        return MethodNotAllowed(msg), {"Allow": allowed}
-    return BadRequest(exc.reason), {}
+    return error_response(exc, request.app[REGISTRY_KEY].kind if v1 else None, headers)
 
 
 # ---------------------------------------------------------------- middlewares
@@ -89,11 +56,8 @@ def _http_error(request: web.Request, exc: web.HTTPException) -> tuple[LaneError
 
 async def reply_headers(request: web.Request, response: web.StreamResponse) -> None:
     """on_response_prepare: every reply of the app, errors and redirects included."""
-    response.headers["Server"] = SERVER_HEADER
-    response.headers.setdefault("X-Content-Type-Options", "nosniff")
     path = request.path
-    if path == "/v1" or path.startswith("/v1/") or path == "/metrics":
-        response.headers.setdefault("Cache-Control", "no-store")  # token-gated data
+    stamp_headers(response, no_store=path == "/v1" or path.startswith("/v1/") or path == "/metrics")
 
 
 @web.middleware
@@ -112,7 +76,7 @@ async def app_middleware(request: web.Request, handler: Handler) -> web.StreamRe
         if exc.status in (301, 302, 303, 307, 308):
             status = exc.status
             raise
-        err, headers = _http_error(request, exc)
+        err, headers = http_refusal(request, exc)
         status = err.status
         return _error(request, err, headers)
     except LaneError as exc:

@@ -107,6 +107,25 @@ def _json_reply(description: str, reply: type[wire.Wire]) -> dict[str, Any]:
     }
 
 
+def _body_reply(description: str, media_type: str, json_type: str) -> dict[str, Any]:
+    """A reply that is no protocol Struct: its media type and JSON Schema type."""
+    return {"description": description, "content": {media_type: {"schema": {"type": json_type}}}}
+
+
+def _get(
+    operation_id: str, summary: str, security: list[Any], responses: dict[str, Any]
+) -> dict[str, Any]:
+    """A path served by GET only."""
+    return {
+        "get": {
+            "operationId": operation_id,
+            "summary": summary,
+            "security": security,
+            "responses": responses,
+        }
+    }
+
+
 def _error_responses(statuses: tuple[int, ...]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for code in sorted(statuses):
@@ -270,71 +289,43 @@ def openapi_document() -> dict[str, Any]:
         paths[path] = {
             "get": {"operationId": path.strip("/").replace("/", "_"), "security": auth, **op}
         }
-    paths["/metrics"] = {
-        "get": {
-            "operationId": "metrics",
-            "summary": "Prometheus metrics (text exposition format)",
-            "security": auth,
-            "responses": {
-                "200": {
-                    "description": "metrics",
-                    "content": {"text/plain": {"schema": {"type": "string"}}},
-                },
-                **_error_responses((401,)),
-            },
-        }
-    }
-    paths["/healthz"] = {
-        "get": {
-            "operationId": "healthz",
-            "summary": "Liveness; public; no queue data",
-            "security": [],
-            "responses": {"200": _json_reply("alive", wire.Healthz)},
-        }
-    }
-    paths["/readyz"] = {
-        "get": {
-            "operationId": "readyz",
-            "summary": (
-                "Readiness; public; no queue data: 200 while the server can commit (the store "
-                "is reachable, not shutting down), else 503 with why"
+    paths["/metrics"] = _get(
+        "metrics",
+        "Prometheus metrics (text exposition format)",
+        auth,
+        {"200": _body_reply("metrics", "text/plain", "string"), **_error_responses((401,))},
+    )
+    paths["/healthz"] = _get(
+        "healthz",
+        "Liveness; public; no queue data",
+        [],
+        {"200": _json_reply("alive", wire.Healthz)},
+    )
+    paths["/readyz"] = _get(
+        "readyz",
+        "Readiness; public; no queue data: 200 while the server can commit (the store "
+        "is reachable, not shutting down), else 503 with why",
+        [],
+        {
+            "200": _json_reply("ready (brokenLanes: lanes that cannot be opened)", wire.Readyz),
+            "503": _json_reply(
+                "not ready: the message says why (shutting down, data dir not writable)",
+                wire.ErrorReply,
             ),
-            "security": [],
-            "responses": {
-                "200": _json_reply("ready (brokenLanes: lanes that cannot be opened)", wire.Readyz),
-                "503": _json_reply(
-                    "not ready: the message says why (shutting down, data dir not writable)",
-                    wire.ErrorReply,
-                ),
-            },
-        }
-    }
-    paths["/openapi.json"] = {
-        "get": {
-            "operationId": "openapi",
-            "summary": "This document; public (it describes the API, it holds no data)",
-            "security": [],
-            "responses": {
-                "200": {
-                    "description": "OpenAPI 3.1",
-                    "content": {"application/json": {"schema": {"type": "object"}}},
-                }
-            },
-        }
-    }
-    paths["/control-room"] = {
-        "get": {
-            "operationId": "control_room",
-            "summary": "The read-only control-room page; it holds no data (unlocked by token)",
-            "security": [],
-            "responses": {
-                "200": {
-                    "description": "HTML",
-                    "content": {"text/html": {"schema": {"type": "string"}}},
-                }
-            },
-        }
-    }
+        },
+    )
+    paths["/openapi.json"] = _get(
+        "openapi",
+        "This document; public (it describes the API, it holds no data)",
+        [],
+        {"200": _body_reply("OpenAPI 3.1", "application/json", "object")},
+    )
+    paths["/control-room"] = _get(
+        "control_room",
+        "The read-only control-room page; it holds no data (unlocked by token)",
+        [],
+        {"200": _body_reply("HTML", "text/html", "string")},
+    )
     return {
         "openapi": "3.1.0",
         "info": {

@@ -14,9 +14,9 @@ from coordinator.http.middleware import (
     PRESENCE_KEY,
     REGISTRY_KEY,
     SERVICE_KEY,
-    json_reply,
 )
 from coordinator.http.openapi import openapi_bytes
+from coordinator.http.server import json_reply
 from coordinator.metrics import CONTENT_TYPE
 from coordinator.protocol import queries as Q
 from coordinator.protocol import replies as wire

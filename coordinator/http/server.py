@@ -40,6 +40,7 @@ from aiohttp.web_server import Server
 from coordinator.config import Config
 from coordinator.constants import COORDINATOR_KIND
 from coordinator.logs import RateLimitedLog
+from coordinator.protocol import replies as wire
 from coordinator.protocol.errors import (
     BadRequest,
     LaneError,
@@ -55,41 +56,69 @@ log = structlog.get_logger("coordinator.http")
 
 _ErrorHandler = Callable[[BaseRequest], Awaitable[StreamResponse]]
 
-SERVER_HEADER = "lane-coordinator"
+SERVER_HEADER = "lane-coordinator"  # never the Python or aiohttp version
+WWW_AUTHENTICATE = 'Bearer realm="lane-coordinator"'
+
 # ---------------------------------------------------------------- the error shape
 
 
-def error_response(
-    err: LaneError, *, v1: bool = True, kind: str = COORDINATOR_KIND
-) -> web.Response:
-    """The error shape, for replies written outside the app's middlewares. Parser errors
-    name the coordinator: the path they were meant for is unknown."""
-    reply = err.reply(kind if v1 else None)
-    resp = web.Response(
-        body=msgspec.json.encode(reply), status=err.status, content_type="application/json"
+def json_reply(reply: wire.Wire, status: int = 200) -> web.Response:
+    """A protocol reply, encoded (every /v1 reply already names its `coordinator`)."""
+    return web.Response(
+        body=msgspec.json.encode(reply), status=status, content_type="application/json"
     )
-    resp.headers["Server"] = SERVER_HEADER
-    resp.headers["X-Content-Type-Options"] = "nosniff"
-    resp.headers["Cache-Control"] = "no-store"
+
+
+def error_response(
+    err: LaneError, kind: str | None, headers: dict[str, str] | None = None
+) -> web.Response:
+    """The error shape, with `coordinator` = `kind` (None: left out, outside /v1); a 401 names
+    the scheme to use (RFC 6750); `headers` are added."""
+    resp = json_reply(err.reply(kind), err.status)
     if err.status == 401:
-        resp.headers["WWW-Authenticate"] = 'Bearer realm="lane-coordinator"'
+        resp.headers["WWW-Authenticate"] = WWW_AUTHENTICATE
+    if headers:
+        resp.headers.update(headers)
     return resp
 
 
-def _http_exception_error(exc: web.HTTPException) -> LaneError:
-    """An aiohttp HTTPException that escaped the app's middlewares (an `Expect:` header the
-    app cannot meet is the one known case) in the protocol's codes."""
-    by_status: dict[int, type[LaneError]] = {
-        401: Unauthorized,
-        404: NotFound,
-        405: MethodNotAllowed,
-        413: PayloadTooLarge,
-        415: UnsupportedMediaType,
-    }
+def stamp_headers(response: StreamResponse, *, no_store: bool) -> None:
+    """The headers every reply carries (`no_store`: token-gated data, and every error
+    written outside the app)."""
+    response.headers["Server"] = SERVER_HEADER
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    if no_store:
+        response.headers.setdefault("Cache-Control", "no-store")
+
+
+def _bare_error(err: LaneError, kind: str, headers: dict[str, str] | None = None) -> web.Response:
+    """The error shape for a reply written outside the app's middlewares (no app signal
+    adds its headers). Parser errors name the coordinator: the path they were meant for is
+    unknown."""
+    resp = error_response(err, kind, headers)
+    stamp_headers(resp, no_store=True)
+    return resp
+
+
+def http_refusal(request: BaseRequest, exc: web.HTTPException) -> tuple[LaneError, dict[str, str]]:
+    """An aiohttp HTTPException (aiohttp's own refusals: in the app's middleware, or escaping
+    it, an `Expect:` header the app cannot meet being the one known case) in the protocol's codes,
+    with the headers its reply needs (a wrong method is a 405 with an Allow header)."""
     if isinstance(exc, web.HTTPExpectationFailed):
-        return BadRequest("Expect: only 100-continue is supported")
-    cls = by_status.get(exc.status, BadRequest)
-    return cls(f"request: refused ({exc.status})")
+        return BadRequest("Expect: only 100-continue is supported"), {}
+    if isinstance(exc, web.HTTPRequestEntityTooLarge):
+        return PayloadTooLarge("body: larger than the configured max_body_bytes"), {}
+    if isinstance(exc, web.HTTPNotFound):
+        return NotFound("path: no such endpoint"), {}  # the path is never repeated
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        allowed = ", ".join(sorted(exc.allowed_methods))
+        msg = f"method: {request.method} is not allowed on {request.path}; use {allowed}"
+        return MethodNotAllowed(msg), {"Allow": allowed}
+    if exc.status == 401:
+        return Unauthorized(f"request: refused ({exc.status})"), {}
+    if exc.status == 415:
+        return UnsupportedMediaType(f"request: refused ({exc.status})"), {}
+    return BadRequest(exc.reason), {}
 
 
 def _guarded(handler: _ErrorHandler, kind: str) -> _ErrorHandler:
@@ -101,7 +130,8 @@ def _guarded(handler: _ErrorHandler, kind: str) -> _ErrorHandler:
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
-            return error_response(_http_exception_error(exc), kind=kind)
+            err, headers = http_refusal(request, exc)
+            return _bare_error(err, kind, headers)
 
     return guarded
 
@@ -228,7 +258,7 @@ class LaneRequestHandler(RequestHandler):
         else:
             err = Unavailable("internal error; the request was not applied")
             log.error("http.internal_error", error=type(exc).__name__ if exc else None)
-        resp = error_response(err, kind=self._lane.kind)
+        resp = _bare_error(err, self._lane.kind)
         resp.force_close()
         return resp
 

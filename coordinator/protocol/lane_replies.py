@@ -1,19 +1,7 @@
 """Replies (msgspec Structs): the base classes and the lane operations' replies (tickets and
-lanes). `coordinator.protocol.replies` exports every reply, these and the others.
-
-The server encodes these and the client decodes them, so the two cannot disagree. camelCase on
-the wire. Decoding is lenient the way a client needs: unknown fields are ignored and fields a
-reply may lack have defaults. The server always sends every field except those whose default
-is `UNSET` (the OpenAPI document marks the rest required).
-
-Top-level replies of /v1 derive from `Reply` and carry `coordinator`: who answered —
-"actor-sqlite" (this server), "actor-postgres" (replicas) or "local-sqlite" (the client's local
-queue). The host fills it in: the lane core is built with it, the server's reads and errors
-name the server's kind.
-
-A few replies also carry values the client fills in after decoding (what it sent, the HTTP
-status, unreadable receipt rows). They are attributes, never fields: they are not on the wire
-and not in the schema, but `to_wire()` (the client's JSON view) shows them.
+lanes). `coordinator.protocol.replies` exports every reply, these and the others, and says
+how they are encoded and decoded (camelCase, lenient decoding, `coordinator`, client-side
+attributes).
 """
 
 from __future__ import annotations

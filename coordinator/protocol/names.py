@@ -1,8 +1,10 @@
-"""Lane, route, account and machine names: the rules, and the only lane -> file-name mapping."""
+"""Lane, route, account and machine names: the rules, and the only lane -> file-name mapping;
+ticket ids."""
 
 from __future__ import annotations
 
 import re
+import secrets
 
 from coordinator.protocol.errors import BadRequest
 
@@ -41,3 +43,8 @@ def lane_from_file_name(name: str) -> str | None:
     if not sep or not PART_RE.fullmatch(route) or not PART_RE.fullmatch(account):
         return None
     return f"{route}:{account}"
+
+
+def new_ticket_id() -> str:
+    """`t_` + 128 random bits, url-safe: ticket ids are lease capabilities."""
+    return "t_" + secrets.token_urlsafe(16)

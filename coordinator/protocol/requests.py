@@ -14,7 +14,7 @@ from msgspec import Meta
 
 from coordinator.protocol import constants as C
 from coordinator.protocol.errors import BadRequest
-from coordinator.protocol.names import LANE_PATTERN, MACHINE_PATTERN
+from coordinator.protocol.names import LANE_PATTERN, MACHINE_PATTERN, parse_lane
 from coordinator.protocol.receipts import HASH_PATTERN, RECEIPT_ID_PATTERN, walk_json
 from coordinator.protocol.replies import ReceiptPhase, ReleaseOutcome
 
@@ -198,6 +198,29 @@ def convert(data: dict[str, Any], schema: type[B]) -> B:
         if isinstance(value, float) and value.is_integer():
             data[name] = int(value)
     return msgspec.convert(data, schema)
+
+
+def validation_message(text: str) -> str:
+    """A msgspec ValidationError as "field: message":
+    'Expected `int` >= 15 - at `$.leaseSeconds`' -> 'leaseSeconds: Expected `int` >= 15'."""
+    msg, sep, where = text.rpartition(" - at `$.")
+    if sep:
+        return f"{where.rstrip('`')}: {msg}"
+    if text.startswith("Object missing required field") and "`" in text:
+        return f"{text.split('`')[1]}: required"
+    return text
+
+
+def validate(data: dict[str, Any], schema: type[B]) -> B:
+    """A decoded JSON body as its request Struct, its lane's shape checked; 400 bad-request
+    naming the field otherwise. The server and the client's local queue both validate with
+    it, so both refuse the same input with the same message."""
+    try:
+        body = convert(data, schema)
+    except msgspec.ValidationError as exc:
+        raise BadRequest(validation_message(str(exc))) from None
+    parse_lane(body.lane)
+    return body
 
 
 # ---------------------------------------------------------------- raw bodies

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Protocol
 
 from coordinator.constants import STORE_BUSY_TIMEOUT_MS
-from coordinator.errors import ConfigError, StoreError
+from coordinator.errors import StoreError
 from coordinator.store.files import (
     check_lane_header,
     fsync_path,
@@ -35,6 +35,7 @@ from coordinator.store.files import (
     remove_lane_file,
     temp_lane_path,
 )
+from coordinator.store.storage import postgres_url, sqlite_data_dir
 
 PRESENCE_FILE_NAME = "presence.db"  # in the data dir; not a lane file name
 PRESENCE_SCHEMA_VERSION = 1  # the file's PRAGMA user_version
@@ -65,14 +66,13 @@ class PresenceStore(Protocol):
 
 def presence_store_for(url: str | None, data_dir: Path | None) -> PresenceStore:
     """The presence store beside the lane store `url` names: None or "sqlite", a file in
-    `data_dir`; a postgresql:// URL, that database (the URL was checked by the lane store)."""
-    if url is not None and url.startswith(("postgresql://", "postgres://")):
+    `data_dir`; a postgresql:// URL, that database."""
+    pg = postgres_url(url)
+    if pg is not None:
         from coordinator.store.presence_pg import PostgresPresenceStore
 
-        return PostgresPresenceStore(url)
-    if data_dir is None:
-        raise ConfigError("store: sqlite (the default) needs --data-dir")
-    return SqlitePresenceStore(data_dir / PRESENCE_FILE_NAME)
+        return PostgresPresenceStore(pg)
+    return SqlitePresenceStore(sqlite_data_dir(data_dir) / PRESENCE_FILE_NAME)
 
 
 def recent_sql(placeholder: str) -> str:

@@ -70,22 +70,42 @@ class Storage(Protocol):
         ...
 
 
-def is_postgres_url(url: str) -> bool:
-    return url.startswith(POSTGRES_SCHEMES)
+def postgres_url(url: str | None) -> str | None:
+    """The one reading of a `store` setting: None for the SQLite store (None or "sqlite"),
+    else the postgresql:// URL; ConfigError for anything else (the value itself is not
+    repeated: it may hold a password)."""
+    if url is None or url == SQLITE:
+        return None
+    if url.startswith(POSTGRES_SCHEMES):
+        return url
+    raise ConfigError("store: expected 'sqlite' or a postgresql://user@host[:port]/db URL")
+
+
+def store_label(url: str | None) -> str:
+    """The store a `store` setting names, for messages and logs: "sqlite", or the
+    PostgreSQL URL without its password."""
+    pg = postgres_url(url)
+    if pg is None:
+        return SQLITE
+    from coordinator.store.postgres_db import redact_dsn
+
+    return redact_dsn(pg)
+
+
+def sqlite_data_dir(data_dir: Path | None) -> Path:
+    """The SQLite store's data dir (ConfigError when there is none)."""
+    if data_dir is None:
+        raise ConfigError("store: sqlite (the default) needs --data-dir")
+    return data_dir
 
 
 def open_storage(url: str | None, data_dir: Path | None) -> Storage:
     """The store a URL names (None or "sqlite": lane files under data_dir)."""
-    if url is None or url == SQLITE:
-        if data_dir is None:
-            raise ConfigError("store: sqlite (the default) needs --data-dir")
+    pg = postgres_url(url)
+    if pg is None:
         from coordinator.store.sqlite_storage import SqliteStorage
 
-        return SqliteStorage(data_dir)
-    if is_postgres_url(url):
-        from coordinator.store.postgres_storage import PostgresStorage
+        return SqliteStorage(sqlite_data_dir(data_dir))
+    from coordinator.store.postgres_storage import PostgresStorage
 
-        return PostgresStorage(url)
-    raise ConfigError(  # the value itself is not repeated: it may hold a password
-        "store: expected 'sqlite' or a postgresql://user@host[:port]/db URL"
-    )
+    return PostgresStorage(pg)

@@ -3,7 +3,7 @@ own enums, error classes and constants agree with, and which decodes the way a c
 
 from __future__ import annotations
 
-from typing import get_args
+from typing import Any, get_args
 
 import msgspec
 import pytest
@@ -14,6 +14,7 @@ from coordinator import errors as server_errors
 from coordinator.engine import model
 from coordinator.protocol import constants as C
 from coordinator.protocol import errors as E
+from coordinator.protocol import names
 from coordinator.protocol import replies as wire
 from coordinator.protocol import requests as S
 
@@ -115,3 +116,23 @@ def test_integral_numbers_are_integers_in_requests() -> None:
         S.convert({"protocolVersion": 1, "lane": "a:b", "limit": 1.5}, S.HistoryBody)
     with pytest.raises(msgspec.ValidationError):
         S.convert({"protocolVersion": 2, "lane": "a:b"}, S.HistoryBody)
+
+
+def test_validate_names_the_field_in_its_message() -> None:
+    ok = S.validate({"protocolVersion": 1, "lane": "a:b", "limit": 100.0}, S.HistoryBody)
+    assert ok.limit == 100
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"protocolVersion": 1, "lane": "a:b", "limit": 0}, "limit: Expected `int` >= 1"),
+        ({"protocolVersion": 1}, "lane: required"),
+        ({"protocolVersion": 1, "lane": "Nope"}, "lane: must be route:account"),
+    ]
+    for body, start in cases:
+        with pytest.raises(E.BadRequest) as info:
+            S.validate(body, S.HistoryBody)
+        assert info.value.message.startswith(start), info.value.message
+
+
+def test_ticket_ids_are_random_url_safe_capabilities() -> None:
+    a, b = names.new_ticket_id(), names.new_ticket_id()
+    assert a != b and a.startswith("t_") and len(a) == 2 + 22
+    assert msgspec.json.decode(msgspec.json.encode(a)) == a
