@@ -16,8 +16,7 @@ from coordinator.store.migrate import migrations
 from coordinator.store.rows import ENDED, TICKET_COLUMNS
 from coordinator.store.sqlite import SqliteLaneStore
 from tests.store_pg.kit import ended, ticket, write
-
-from .kit import LANE, T0
+from tests.unit.kit import LANE, T0
 
 # Every query the SQLite lane store runs on `tickets` (coordinator/store/sqlite.py,
 # sqlite_writes.py), with a key naming it.
