@@ -1,2 +1,3 @@
-"""The lane stores against each other: one suite run on SQLite and on PostgreSQL, plus the
-PostgreSQL store's own tests (several replicas on one lane, migrations)."""
+"""The lane stores against each other: one suite run on SQLite and on PostgreSQL, and the
+differential run of the engine's operations on both. Each store module's own tests (the
+PostgreSQL store, presence, the import) are in tests/unit/store/, named after the module."""

@@ -1,7 +1,7 @@
 """The lane store contract (engine/store.py), one suite run on both stores: SqliteLaneStore
 on a temp file and PostgresLaneStore on a fresh database. The one copy of these behaviour
 tests, so the two stores cannot drift apart; what only the SQLite store has (lane files,
-their migrations, backups) is in tests/unit/test_store.py."""
+their migrations, backups) is in tests/unit/store/test_sqlite.py."""
 
 from __future__ import annotations
 

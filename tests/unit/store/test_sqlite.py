@@ -21,8 +21,7 @@ from coordinator.errors import StoreError
 from coordinator.store.migrate import migrations
 from coordinator.store.sqlite import SqliteLaneStore
 from tests.store_pg.kit import HASH_A, receipt, ticket, write
-
-from .kit import LANE, T0
+from tests.unit.kit import LANE, T0
 
 
 @pytest.fixture

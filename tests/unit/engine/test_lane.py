@@ -28,8 +28,7 @@ from coordinator.protocol.errors import (
     ReceiptConflict,
     TicketNotHeld,
 )
-
-from .kit import LANE, T0, Harness, as_wire, make_settings
+from tests.unit.kit import LANE, T0, Harness, as_wire, make_settings
 
 # What a core built without a host (the lane actor and the local queue name theirs) says in
 # `coordinator` on every top-level reply.

@@ -1,7 +1,11 @@
-"""The evidence's machines seen are stored through the engine's changes: a machine's row is
-written when it is new or its stored time is SEEN_WRITE_SECONDS old (never on every call),
-the rows of the last hour are loaded into the snapshot (a reloaded core lists them), older
-rows are pruned on write, and a schema-3 lane file gains the table (migration 0004)."""
+"""A lane's state and queue math (coordinator/engine/lane_queue.py, `LaneQueue`).
+
+The queue math on a queue loaded from a snapshot: the round-robin promotion order, a queued
+ticket's position and ETA, the next deadline, keep-alives. The evidence's machines seen
+(`_seen` / `flush_seen`), stored through the engine's changes: a machine's row is written
+when it is new or its stored time is SEEN_WRITE_SECONDS old (never on every call), the rows
+of the last hour are loaded into the snapshot (a reloaded core lists them), older rows are
+pruned on write, and a schema-3 lane file gains the table (migration 0004)."""
 
 from __future__ import annotations
 
@@ -14,12 +18,17 @@ import pytest
 from coordinator.constants import EVIDENCE_RECENT_SECONDS, SEEN_WRITE_SECONDS
 from coordinator.engine.commands import Acquire, Heartbeat, TicketCall
 from coordinator.engine.lane import LaneCore
+from coordinator.engine.lane_queue import LaneQueue
 from coordinator.engine.model import (
     Change,
+    Effects,
     LaneSnapshot,
+    Pause,
     PruneMachinesSeen,
     PutCounters,
     PutMachineSeen,
+    Ticket,
+    TicketState,
 )
 from coordinator.engine.operations import (
     AcquireOp,
@@ -234,3 +243,100 @@ def test_a_stored_time_never_goes_back(store: SqliteLaneStore) -> None:
         store.apply([PutMachineSeen("mA", at)])
         store.finish(None, T0 + 50)
     assert store.load().machines_seen == {"mA": T0 + 50}
+
+
+# ---------------------------------------------------------------- the queue math
+
+
+def _queued(tid: str, seq: int, project: str, seen: float = T0) -> Ticket:
+    return Ticket(tid, LANE, TicketState.QUEUED, "mA", "cA", project, tid, "h", seq, T0, 60.0, seen)
+
+
+def _held(tid: str, seq: int, held_at: float) -> Ticket:
+    t = Ticket(tid, LANE, TicketState.HELD, "mA", "cA", "p", tid, "h", seq, T0, 60.0, T0)
+    t.held_at, t.lease_expires_at, t.fence = held_at, held_at + 60.0, seq
+    return t
+
+
+def _queue(*live: Ticket, capacity: int = 1, served: dict[str, int] | None = None) -> LaneQueue:
+    snap = LaneSnapshot(live=list(live), project_served=served or {})
+    settings = make_settings(capacity, hold=300.0, waiter=600.0)
+    return LaneQueue(LANE, settings, snap, T0)
+
+
+def test_projects_take_turns_never_served_first_then_least_recently_served() -> None:
+    q = _queue(
+        _queued("a1", 1, "a"),
+        _queued("a2", 2, "a"),
+        _queued("a3", 3, "a"),
+        _queued("b1", 4, "b"),
+        _queued("c1", 5, "c"),
+        served={"a": 7, "c": 3},
+    )
+    order = [t.ticket_id for t in q.promotion_order(10)]
+    assert order == ["b1", "c1", "a1", "a2", "a3"]
+    assert [q.position(q.live[tid]) for tid in order] == [1, 2, 3, 4, 5]
+    assert [t.ticket_id for t in q.promotion_order(2)] == ["b1", "c1"]
+
+
+def test_a_second_ticket_of_a_project_waits_for_every_other_projects_first() -> None:
+    q = _queue(_queued("a1", 1, "a"), _queued("a2", 2, "a"), _queued("b1", 3, "b"))
+    assert [t.ticket_id for t in q.promotion_order(10)] == ["a1", "b1", "a2"]
+    assert q.position(q.live["a2"]) == 3
+
+
+def test_a_held_ticket_has_no_place() -> None:
+    q = _queue(_held("h1", 1, T0))
+    assert q.position(q.live["h1"]) == 0 and q.queued_count() == 0
+
+
+def test_eta_is_the_slots_free_time_plus_whole_waves_of_holds() -> None:
+    q = _queue(_held("h1", 1, T0), _queued("a1", 2, "a"), _queued("b1", 3, "b"))
+    now = T0 + 100
+    assert q.eta(0, now) == 0.0
+    assert q.eta(1, now) == 200.0  # the held slot frees after 300 - 100 s
+    assert q.eta(2, now) == 500.0  # one more hold
+    q.pause = Pause("provider-human-check", now, now + 50, "mA", None, "h1")
+    assert q.eta(1, now) == 250.0  # the pause left comes first
+
+
+def test_the_hold_estimate_is_the_mean_of_measured_holds() -> None:
+    q = _queue()
+    assert q.hold_estimate() == 300.0  # the default, before any hold was measured
+    q.holds.extend([10.0, 30.0])
+    assert q.hold_estimate() == 20.0
+
+
+def test_the_next_deadline_is_the_earliest_lease_waiter_or_pause_end() -> None:
+    assert _queue().next_deadline() is None
+    q = _queue(_held("h1", 1, T0), _queued("a1", 2, "a", seen=T0))
+    assert q.next_deadline() == T0 + 60.0  # the lease, before the waiter's T0 + 600
+    q.pause = Pause("provider-human-check", T0, T0 + 5, "mA", None, "h1")
+    assert q.next_deadline() == T0 + 5
+    assert not q.is_idle()
+    assert _queue().is_idle()
+
+
+def test_a_restored_keepalive_moves_the_waiter_deadline_back() -> None:
+    q = _queue(_queued("a1", 1, "a", seen=T0))
+    q._keepalive(q.live["a1"], T0 + 100)
+    assert q.next_deadline() == T0 + 700
+    q.restore_keepalive("a1", T0)
+    assert q.next_deadline() == T0 + 600
+    q.restore_keepalive("nobody", T0)  # an unknown ticket is ignored
+
+
+def test_flush_writes_only_the_machines_due_and_prunes_the_hour() -> None:
+    q = _queue()
+    q._seen("mA", T0)
+    fx = Effects()
+    q.flush_seen(fx, T0)
+    assert fx.changes == [
+        PutMachineSeen("mA", T0),
+        PruneMachinesSeen(T0 - EVIDENCE_RECENT_SECONDS),
+    ]
+    q._seen("mA", T0 + 1)  # stored 1 s ago: not due
+    again = Effects()
+    q.flush_seen(again, T0 + 1)
+    assert again.changes == []
+    assert q.machines_seen["mA"] == T0 + 1

@@ -1,6 +1,11 @@
-"""Migration 0005 (coordinator/store/migrations/0005_ticket_indexes.sql): the tickets table
-keeps every constraint with fewer indexes to write, every read of it still uses an index, and
-a lane file written by the previous schema (0004) upgrades with its tickets intact."""
+"""The lane file migrations (coordinator/store/migrate.py and the SQL it ships in
+coordinator/store/migrations/).
+
+The runner, on a bare sqlite3 connection: every shipped migration once and in order, up to a
+bound, the lane's name recorded once, an edited migration refused, a failing one leaving
+nothing behind. Migration 0005 (0005_ticket_indexes.sql): the tickets table keeps every
+constraint with fewer indexes to write, every read of it still uses an index, and a lane
+file written by the previous schema (0004) upgrades with its tickets intact."""
 
 from __future__ import annotations
 
@@ -12,13 +17,13 @@ import pytest
 
 from coordinator.engine.model import PutCounters, PutTicket, TicketState
 from coordinator.errors import StoreError
-from coordinator.store.migrate import migrations
+from coordinator.store import migrate as migrate_module
+from coordinator.store.migrate import apply_migrations, latest_migration, migrations
 from coordinator.store.reads import SQLITE_READS
 from coordinator.store.rows import TICKET_COLUMNS, TICKET_UPDATE, ticket_update_values
 from coordinator.store.sqlite import SqliteLaneStore
 from tests.store_pg.kit import ended, ticket, write
-
-from .kit import LANE, T0
+from tests.unit.kit import LANE, T0
 
 # Every query the SQLite lane store runs on `tickets` (coordinator/store/reads.py, rows.py),
 # with a key naming it, and its parameters.
@@ -165,3 +170,61 @@ def test_upgrade_from_0004_keeps_every_ticket(path: Path) -> None:
         assert [r[0] for r in db.execute("PRAGMA integrity_check")] == ["ok"]
     finally:
         db.close()
+
+
+# ---------------------------------------------------------------- the runner
+
+
+def _bare(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(path, isolation_level=None)
+    db.row_factory = sqlite3.Row
+    return db
+
+
+def _applied(db: sqlite3.Connection) -> list[int]:
+    return [r[0] for r in db.execute("SELECT version FROM schema_migrations ORDER BY version")]
+
+
+def test_the_shipped_migrations_are_numbered_from_one_in_order() -> None:
+    shipped = migrations()
+    assert [v for v, _, _ in shipped] == list(range(1, len(shipped) + 1))
+    assert all(name.startswith(f"{v:04d}_") and name.endswith(".sql") for v, name, _ in shipped)
+    assert latest_migration() == shipped[-1][0] >= 5
+
+
+def test_the_runner_applies_up_to_a_bound_then_the_rest_once(tmp_path: Path) -> None:
+    db = _bare(tmp_path / "lane.sqlite")
+    apply_migrations(db, LANE, max_migration=2)
+    assert _applied(db) == [1, 2]
+    apply_migrations(db, LANE, None)
+    apply_migrations(db, "other:lane", None)  # the lane's name is recorded once
+    assert _applied(db) == list(range(1, latest_migration() + 1))
+    lane = db.execute("SELECT value FROM meta WHERE key = 'lane'").fetchone()[0]
+    assert lane == LANE
+    db.close()
+
+
+def test_the_runner_refuses_an_edited_migration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = _bare(tmp_path / "lane.sqlite")
+    apply_migrations(db, LANE, None)
+    edited = [(v, n, sql + "\n-- edited") if v == 1 else (v, n, sql) for v, n, sql in migrations()]
+    monkeypatch.setattr(migrate_module, "migrations", lambda: edited)
+    with pytest.raises(StoreError, match=r"0001_initial\.sql was edited") as info:
+        apply_migrations(db, LANE, None)
+    assert info.value.reason == "edited migration"
+    db.close()
+
+
+def test_a_failing_migration_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = _bare(tmp_path / "lane.sqlite")
+    broken = [*migrations(), (99, "0099_broken.sql", "CREATE TABLE x (a);\nNOT SQL AT ALL;")]
+    monkeypatch.setattr(migrate_module, "migrations", lambda: broken)
+    with pytest.raises(sqlite3.OperationalError):
+        apply_migrations(db, LANE, None)
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert tables == set()  # every migration of the run was rolled back with it
+    db.close()

@@ -12,8 +12,7 @@ import pytest
 
 from coordinator.errors import StoreError
 from coordinator.store.sqlite import SqliteLaneStore
-
-from .kit import LANE, T0
+from tests.unit.kit import LANE, T0
 
 
 def _make(path: Path, deadline: float | None) -> SqliteLaneStore:

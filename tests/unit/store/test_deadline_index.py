@@ -16,8 +16,7 @@ from coordinator.protocol.names import lane_file_name
 from coordinator.store.deadline_index import INDEX_NAME, DeadlineIndex
 from coordinator.store.sqlite import SqliteLaneStore
 from coordinator.store.sqlite_storage import SqliteStorage
-
-from .kit import T0
+from tests.unit.kit import T0
 
 LANES = {"solo:a": T0 + 30, "solo:b": None, "solo:c": T0 + 90}
 

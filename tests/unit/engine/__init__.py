@@ -1,0 +1,1 @@
+"""Unit tests of coordinator/engine: tests/unit/engine/test_<module>.py for each module."""
