@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from coordinator.actor.descriptors import MAX_OPEN_LANES, ConnectionLru, lane_budget
+from coordinator.actor.file_upkeep import FileUpkeep
 from coordinator.actor.registry import LaneRegistry
 from coordinator.constants import LANE_QUIET_SECONDS
 from coordinator.http.middleware import REGISTRY_KEY
@@ -36,9 +37,16 @@ def registry(srv: Running) -> LaneRegistry:
     return srv.app[REGISTRY_KEY]
 
 
-async def settle(reg: LaneRegistry) -> None:
+def upkeep(srv: Running) -> FileUpkeep:
+    """The lane files' upkeep (descriptor budget, quiet lanes) of a SQLite server."""
+    found = registry(srv).upkeep
+    assert isinstance(found, FileUpkeep)
+    return found
+
+
+async def settle(reg: FileUpkeep) -> None:
     for _ in range(200):
-        if not reg._suspending:
+        if not reg.suspending:
             return
         await asyncio.sleep(0.01)
 
@@ -64,7 +72,7 @@ async def test_a_quiet_lane_holds_no_descriptor_and_reopens_on_its_next_call(
     tid = held["ticket"]["ticketId"]
     assert lane_fds(srv.data_dir)
     clock.advance(LANE_QUIET_SECONDS + 1)
-    await registry(srv).suspend_quiet()
+    await upkeep(srv).suspend_quiet()
     assert lane_fds(srv.data_dir) == []
     assert "solo:quiet" in registry(srv).open_lanes()  # its memory (and alarm) stay
     hb = await srv.ok("heartbeat", ticket_body("solo:quiet", tid))
@@ -78,8 +86,8 @@ async def test_busy_lanes_beyond_the_budget_take_turns_holding_their_files(
     start_server: StartServer,
 ) -> None:
     srv = await start_server(clock=TestManualClock(), max_lanes=100)
-    reg = registry(srv)
-    reg._lru.budget = 3
+    reg = upkeep(srv)
+    reg.lru.budget = 3
     tickets = {}
     for i in range(10):
         lane = f"solo:busy{i}"

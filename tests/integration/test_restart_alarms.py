@@ -18,7 +18,7 @@ from coordinator.constants import LANE_QUIET_SECONDS
 from coordinator.store.deadline_index import INDEX_NAME
 from tests.harness import Running, StartServer, TestManualClock
 from tests.integration.kit import acquire_body
-from tests.integration.test_descriptors import lane_fds, registry
+from tests.integration.test_descriptors import lane_fds, registry, upkeep
 
 LANES = 200
 DUE_EVERY = 5  # one lane in five has a short lease and a waiter
@@ -62,7 +62,7 @@ async def test_due_alarms_fire_after_a_restart_over_many_lanes_without_any_call(
         await asyncio.sleep(0.05)
     reg = registry(second)
     for _ in range(200):  # the sweep over every file ends just after the last due lane
-        if not [t for t in reg._tasks if t.get_name() == "lane-rearm" and not t.done()]:
+        if not [t for t in reg.upkeep.tasks if t.get_name() == "lane-rearm" and not t.done()]:
             break
         await asyncio.sleep(0.05)
     assert await expiries(second) == len(due)
@@ -83,7 +83,7 @@ async def test_a_quiet_lane_opens_its_file_again_just_before_its_alarm(
     held = await srv.ok("acquire", acquire_body("solo:soon", leaseSeconds=LANE_QUIET_SECONDS + 20))
     expires = float(held["ticket"]["leaseExpiresAt"])
     clock.advance(LANE_QUIET_SECONDS + 1)
-    await registry(srv).suspend_quiet()
+    await upkeep(srv).suspend_quiet()
     assert lane_fds(srv.data_dir) == []  # quiet: its file is closed
     clock.set(expires - PREOPEN_SECONDS / 2)  # the alarm is close, not due yet
     end = time.monotonic() + 10

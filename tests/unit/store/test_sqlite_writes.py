@@ -80,7 +80,7 @@ def test_abort_keeps_nothing_applied(store: SqliteLaneStore) -> None:
 def test_calls_out_of_order_are_refused(store: SqliteLaneStore) -> None:
     with pytest.raises(StoreError, match="apply outside a transaction"):
         store.apply([PutCounters(0, 2)])
-    with pytest.raises(StoreError, match="finish outside a transaction"):
+    with pytest.raises(StoreError, match="commit outside a transaction"):
         store.finish(None, T0)
     store.begin()
     with pytest.raises(StoreError, match="already open"):
