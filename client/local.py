@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -212,10 +211,6 @@ class LocalQueue(BackendBase):
                 return self._transaction(lane, op)
             except StoreError as exc:
                 raise UnavailableError(message=f"local queue store: {exc.message}") from None
-            except sqlite3.Error as exc:
-                raise UnavailableError(
-                    message=f"local queue store {self.path_for(lane).name}: {type(exc).__name__}"
-                ) from None
             except LaneError as exc:  # refused, after the lane's time-driven changes committed
                 raise _client_error(exc) from None
 

@@ -124,8 +124,8 @@ class SqliteTransaction(PipelinedStore, LockingStore):
         db = self._conn
         if db.in_transaction:
             raise StoreError(f"lane store for {self.lane}: a transaction is already open")
-        self._wait_for_locks(db)
         try:
+            self._wait_for_locks(db)
             db.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             raise StoreError(f"lane store for {self.lane} is busy") from exc

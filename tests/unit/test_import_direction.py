@@ -12,18 +12,24 @@ client that talks HTTP loads no server code.
   no coordinator.actor / service / http / store, no client, no aiohttp.
 - `client.local` runs the engine on a SQLite store and loads no server host: no
   coordinator.actor / service / http, no aiohttp.web.
+- A host (the lane actors, the service, the local queue) imports no database driver and no
+  store connection, SQL or row module: it goes through the store's interface.
 
 Each import runs in a fresh interpreter, so what another test imported cannot hide a leak.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
 
 PROTOCOL_MODULES = (
     "coordinator.protocol",
@@ -160,3 +166,58 @@ def test_local_queue_loads_no_server_host() -> None:
     assert "coordinator.engine.operations" in loaded
     hosts = [n for n in loaded if _under(n, LOCAL_FORBIDDEN)]
     assert hosts == [], f"import client.local loads {hosts}"
+
+
+# A host runs lane transactions through the store's interface (coordinator/engine/store.py):
+# it never imports a database driver or a store's connection, SQL or row module itself.
+HOST_FILES = (
+    *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "coordinator/actor").glob("*.py")),
+    "coordinator/service.py",
+    "client/local.py",
+)
+CONNECTION_MODULES = (
+    "sqlite3",
+    "psycopg",
+    "psycopg_pool",
+    "coordinator.store.postgres_db",
+    "coordinator.store.pg_listen",
+    "coordinator.store.sqlite_writes",
+    "coordinator.store.postgres_writes",
+    "coordinator.store.rows",
+    "coordinator.store.reads",
+)
+
+
+def _imported(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            out.add(node.module)
+            out |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return out
+
+
+def _forbidden(names: set[str]) -> list[str]:
+    return sorted(n for n in names for m in CONNECTION_MODULES if n == m or n.startswith(m + "."))
+
+
+@pytest.mark.parametrize("host", HOST_FILES)
+def test_hosts_never_import_a_stores_connection(host: str) -> None:
+    assert _forbidden(_imported(ROOT / host)) == []
+
+
+def test_the_host_check_sees_a_connection_import(tmp_path: Path) -> None:
+    planted = tmp_path / "host.py"
+    planted.write_text(
+        "import sqlite3\nfrom coordinator.store.postgres_db import Conn\nimport json\n",
+        encoding="utf-8",
+    )
+    assert _forbidden(_imported(planted)) == [
+        "coordinator.store.postgres_db",
+        "coordinator.store.postgres_db.Conn",
+        "sqlite3",
+    ]
+    assert "coordinator/actor/pipelined.py" in HOST_FILES
