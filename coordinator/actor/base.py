@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar
 
 from coordinator.actor.commit_log import report_group
 from coordinator.actor.descriptors import PREOPEN_SECONDS
+from coordinator.actor.parking import Parking
 from coordinator.clock import Clock
 from coordinator.constants import COORDINATOR_KIND, MAILBOX_BATCH_MAX
 from coordinator.engine.lane import LaneCore
@@ -83,11 +84,9 @@ class LaneActor(ABC, Generic[S]):
         self._loop_task: asyncio.Task[None] | None = None
         self._alarm_task: asyncio.Task[None] | None = None
         self._alarm_at: float | None = None
-        self._parked: dict[str, set[asyncio.Future[None]]] = {}
-        self._wakes = 0  # wake_all calls so far (a park made after one misses nothing)
+        self.parking = Parking()
         self.last_used = 0.0
         self.closed = False
-        self.draining = False  # shutting down: long polls answer now instead of parking
         self.touched: Callable[[str], None] | None = None  # told of every call (the registry)
         self.before_alarm: Callable[[str], None] | None = None  # the registry: pre-opens the file
         # `_busy` while a batch runs (in the mailbox loop, or inline in a caller's task);
@@ -159,14 +158,12 @@ class LaneActor(ABC, Generic[S]):
             await self._mailbox.put(None)
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop_task
-        self._wake_all()
-        self._parked.clear()
+        self.parking.clear()
         await self._run(self.store.close)
 
     def drain(self) -> None:
         """Shutdown has begun: answer every parked long poll now, and park no new one."""
-        self.draining = True
-        self._wake_all()
+        self.parking.drain()
 
     def idle(self) -> bool:
         core = self.memory.core
@@ -174,7 +171,7 @@ class LaneActor(ABC, Generic[S]):
             not self._busy
             and core is not None
             and core.is_idle()
-            and not self._parked
+            and not self.parking
             and self._mailbox.empty()
             and self._settled()
         )
@@ -221,7 +218,7 @@ class LaneActor(ABC, Generic[S]):
     def wake_all(self) -> None:
         """Every parked await of this lane reads the lane again (another replica changed it,
         or a notification may have been lost)."""
-        self._wake_all()
+        self.parking.wake_all()
 
     # ---------------------------------------------------------------- the mailbox
 
@@ -261,10 +258,7 @@ class LaneActor(ABC, Generic[S]):
         the ticket it names. `wakes`: the wake_all count when the operation's transaction
         began — a wake-up since then (a notification) reaches the new park at once."""
         if call.parked is not None and outcome.park is not None:
-            fut = self._park(outcome.park)
-            if wakes is not None and wakes != self._wakes and not fut.done():
-                fut.set_result(None)
-            call.parked.append(fut)
+            call.parked.append(self.parking.park(outcome.park, wakes))
         return Pending(call.future, outcome.reply, outcome.error)
 
     def _release(self, fx: Effects, pending: list[Pending], seconds: float) -> None:
@@ -272,7 +266,7 @@ class LaneActor(ABC, Generic[S]):
         waiters."""
         report_group(self, fx, len(pending), seconds)
         self._settle(pending)
-        self._wake(fx)
+        self.parking.wake(fx)
 
     @staticmethod
     def _settle(pending: list[Pending]) -> None:
@@ -283,39 +277,6 @@ class LaneActor(ABC, Generic[S]):
                 p.future.set_exception(p.error)
             else:
                 p.future.set_result(p.result)
-
-    def _park(self, ticket_id: str) -> asyncio.Future[None]:
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self.draining:
-            fut.set_result(None)
-            return fut
-        self._parked.setdefault(ticket_id, set()).add(fut)
-
-        def _forget(f: asyncio.Future[None]) -> None:
-            s = self._parked.get(ticket_id)
-            if s is not None:
-                s.discard(f)
-                if not s:
-                    del self._parked[ticket_id]
-
-        fut.add_done_callback(_forget)
-        return fut
-
-    def _wake(self, fx: Effects) -> None:
-        if fx.pause_changed:
-            self._wake_all()
-            return
-        for tid in fx.woken:
-            for f in list(self._parked.get(tid, ())):
-                if not f.done():
-                    f.set_result(None)
-
-    def _wake_all(self) -> None:
-        self._wakes += 1
-        for futs in list(self._parked.values()):
-            for f in list(futs):
-                if not f.done():
-                    f.set_result(None)
 
     # ---------------------------------------------------------------- the alarm
 

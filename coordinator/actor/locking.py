@@ -91,7 +91,7 @@ class LockingLaneActor(LaneActor[LockingStore]):
         """One lane transaction for a batch. Any failure answers the whole batch 503 and
         nothing of it is kept (the next batch reloads the lane)."""
         started = time.perf_counter()
-        wakes = self._wakes
+        wakes = self.parking.wakes
         ops = [call.op for call in batch if call.op is not None]
         assert len(ops) == len(batch), "a shared lane has no chores"
         try:
@@ -106,7 +106,7 @@ class LockingLaneActor(LaneActor[LockingStore]):
             self._expect_stale = True
             err = Unavailable("lane store unavailable; the change was not applied")
             self._settle([Pending(call.future, error=err) for call in batch])
-            self._wake_all()
+            self.parking.wake_all()
             return
         # Another replica writes this lane: read it with the next lock too.
         self._expect_stale = done.reloaded

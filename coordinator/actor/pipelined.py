@@ -158,7 +158,7 @@ class PipelinedLaneActor(LaneActor[PipelinedStore]):
         if not fx.changes:
             # Nothing to write and nothing in flight: what these calls saw is durable already.
             self._settle(pending)
-            self._wake(fx)
+            self.parking.wake(fx)
             return
         core = self.memory.core
         assert core is not None and self.memory.last_now is not None
@@ -214,7 +214,7 @@ class PipelinedLaneActor(LaneActor[PipelinedStore]):
                 p.error, p.result = err, None
             self._settle(failed)
             self._group_reset()
-            self._wake_all()
+            self.parking.wake_all()
         finally:
             if committing is not None and not committing.done():
                 committing.set_result(None)  # `_barrier` and `_recover` look again
@@ -250,6 +250,6 @@ class PipelinedLaneActor(LaneActor[PipelinedStore]):
             )
             return False
         finally:
-            self._wake_all()
+            self.parking.wake_all()
         self._broken = False
         return True

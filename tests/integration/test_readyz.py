@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.actor import registry as registry_mod
+from coordinator.actor import readiness as readiness_mod
 from tests.harness.inproc import Reply, Running, StartServer
 from tests.integration.kit import DUO, SOLO, acquire_body
 
@@ -51,7 +51,7 @@ async def test_unready_once_shutdown_has_begun(server: Running) -> None:
 async def test_unready_when_data_dir_is_gone(
     server: Running, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(registry_mod, "READY_CHECK_SECONDS", 0.0)
+    monkeypatch.setattr(readiness_mod, "READY_CHECK_SECONDS", 0.0)
     assert (await server.get("/readyz", token=None)).status == 200
     moved = server.data_dir.with_name(server.data_dir.name + "-moved")
     server.data_dir.rename(moved)  # nothing can be created in the data dir any more
@@ -64,7 +64,7 @@ async def test_unready_when_data_dir_is_gone(
 
 
 async def test_probe_is_cached(server: Running, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(registry_mod, "READY_CHECK_SECONDS", 3600.0)
+    monkeypatch.setattr(readiness_mod, "READY_CHECK_SECONDS", 3600.0)
     assert (await server.get("/readyz", token=None)).status == 200
     moved = server.data_dir.with_name(server.data_dir.name + "-moved")
     server.data_dir.rename(moved)

@@ -37,7 +37,7 @@ PACKAGES = ("coordinator", "client", "tests", "bench")
 SEGMENT = r"[\w@*+-]+(?:\.[\w@*+-]+)*"
 PATH_RE = re.compile(
     r"(?<![\w./@-])((?:" + "|".join(TOP) + r")/(?:" + SEGMENT + r"(?:/" + SEGMENT + r")*/?)?)"
-    r"(?::(\w+))?"
+    r"(?!<)(?::(\w+))?"  # (a path followed by `<`: a template such as test_<module>.py)
 )
 DOTTED_RE = re.compile(
     r"(?<![\w./@-])((?:" + "|".join(PACKAGES) + r")(?:\.\w+)+)(?::(\w+))?(?![\w/-])"
