@@ -11,6 +11,9 @@ Lanes of the default config (tests.harness.config): `solo:main` (capacity 1), `d
 
 `postgres` is one throwaway PostgreSQL cluster for the session (tests.harness.postgres),
 started on first use only; `pg_dsn` is a fresh empty database in it for one test.
+
+A run ended by SIGTERM or SIGINT still ends what the harness started (clusters, coordinator
+subprocesses, their temp dirs): `pytest_configure` installs tests.harness.cleanup's handlers.
 """
 
 from __future__ import annotations
@@ -41,7 +44,12 @@ from tests.harness import (
 from tests.harness import (
     refused_port as _refused_port,
 )
+from tests.harness.cleanup import install_signal_handlers
 from tests.harness.postgres import PostgresCluster
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    install_signal_handlers()  # SIGTERM/SIGINT end the clusters and processes we started
 
 
 @pytest.fixture
