@@ -15,7 +15,8 @@ started on first use only; `pg_dsn` is a fresh empty database in it for one test
 Every coordinator `start_server` starts runs on the test's loop under a watchdog
 (tests.harness.watchdog): a callback or task step that blocks the loop longer than
 LANE_TEST_LOOP_BLOCK_SECONDS (default 0.25 s; "off" disables) fails the test, naming it. A
-test that blocks on purpose says so: `@pytest.mark.allow_loop_blocking("why")`.
+test that blocks on purpose says so: `@pytest.mark.allow_loop_blocking("why")`. The servers'
+own start and stop are not judged (disk I/O before they listen / after they stopped serving).
 
 A run ended by SIGTERM or SIGINT still ends what the harness started (clusters, coordinator
 subprocesses, their temp dirs): `pytest_configure` installs tests.harness.cleanup's handlers.
@@ -24,6 +25,7 @@ subprocesses, their temp dirs): `pytest_configure` installs tests.harness.cleanu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import re
 import signal
@@ -104,19 +106,21 @@ async def start_server(
         tokens: Sequence[str | bytes] | None = None,
         **config_overrides: Any,
     ) -> Running:
-        srv = await start_running(
-            data_dir if data_dir is not None else tmp_path / f"data{len(started)}",
-            config=config if config is not None else make_config(**config_overrides),
-            clock=clock if clock is not None else TestManualClock(),
-            tokens=tokens,
-        )
+        with dog.excusing() if dog is not None else contextlib.nullcontext():
+            srv = await start_running(  # disk I/O before it listens: not judged
+                data_dir if data_dir is not None else tmp_path / f"data{len(started)}",
+                config=config if config is not None else make_config(**config_overrides),
+                clock=clock if clock is not None else TestManualClock(),
+                tokens=tokens,
+            )
         started.append(srv)
         return srv
 
     yield start
     try:
         for srv in reversed(started):
-            await srv.stop()
+            with dog.excusing() if dog is not None else contextlib.nullcontext():
+                await srv.stop()  # after it stopped serving: not judged
     finally:
         if dog is not None:
             dog.stop()

@@ -88,6 +88,23 @@ def test_other_loops_are_not_watched() -> None:
     assert dog.blocks == []
 
 
+def test_steps_inside_excusing_are_kept_apart() -> None:
+    async def start_like() -> None:
+        with dog.excusing():  # as start_server does around a coordinator's start
+            time.sleep(0.5)
+            await asyncio.sleep(0)
+
+    loop = asyncio.new_event_loop()
+    try:
+        with LoopWatchdog(loop, threshold=0.1) as dog:
+            loop.run_until_complete(start_like())
+    finally:
+        loop.close()
+    assert dog.blocks == []
+    [block] = dog.excused
+    assert "start_like" in block.callback
+
+
 def test_the_threshold_comes_from_the_environment() -> None:
     assert threshold_from_env({}) == DEFAULT_THRESHOLD == 0.25
     assert threshold_from_env({LOOP_BLOCK_ENV: "0.5"}) == 0.5
