@@ -11,15 +11,26 @@ Lanes of the default config (tests.harness.config): `solo:main` (capacity 1), `d
 
 `postgres` is one throwaway PostgreSQL cluster for the session (tests.harness.postgres),
 started on first use only; `pg_dsn` is a fresh empty database in it for one test.
+
+Every coordinator `start_server` starts runs on the test's loop under a watchdog
+(tests.harness.watchdog): a callback or task step that blocks the loop longer than
+LANE_TEST_LOOP_BLOCK_SECONDS (default 0.25 s; "off" disables) fails the test, naming it. A
+test that blocks on purpose says so: `@pytest.mark.allow_loop_blocking("why")`. The servers'
+own start and stop are not judged (disk I/O before they listen / after they stopped serving).
+
+A run ended by SIGTERM or SIGINT still ends what the harness started (clusters, coordinator
+subprocesses, their temp dirs): `pytest_configure` installs tests.harness.cleanup's handlers.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import re
 import signal
 import socket
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,16 +52,52 @@ from tests.harness import (
 from tests.harness import (
     refused_port as _refused_port,
 )
+from tests.harness.cleanup import install_signal_handlers
 from tests.harness.postgres import PostgresCluster
+from tests.harness.watchdog import LoopWatchdog, threshold_from_env
+
+_WATCHDOG = pytest.StashKey[LoopWatchdog]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    install_signal_handlers()  # SIGTERM/SIGINT end the clusters and processes we started
+    config.addinivalue_line(
+        "markers",
+        "allow_loop_blocking(reason): the test blocks the event loop on purpose; no watchdog "
+        "on its in-process coordinators (tests.harness.watchdog)",
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """The test fails (in its call, not as a teardown error) when its loop was blocked."""
+    result = yield
+    dog = item.stash.get(_WATCHDOG, None)
+    if dog is not None:
+        dog.check("during the test")
+    return result
+
+
+def _start_watchdog(request: pytest.FixtureRequest) -> LoopWatchdog | None:
+    threshold = threshold_from_env()
+    if threshold is None or request.node.get_closest_marker("allow_loop_blocking") is not None:
+        return None
+    dog = LoopWatchdog(asyncio.get_running_loop(), threshold).start()
+    request.node.stash[_WATCHDOG] = dog
+    return dog
 
 
 @pytest.fixture
-async def start_server(tmp_path: Path) -> AsyncIterator[StartServer]:
+async def start_server(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[StartServer]:
     """Factory: `await start_server(clock=, config=|**config_overrides, data_dir=, tokens=)`.
 
     Defaults: a TestManualClock, `make_config()`, `tmp_path/data<n>`, the token TOKEN.
-    Every server started is stopped at teardown."""
+    Every server started is stopped at teardown. The test's loop runs under the watchdog
+    (see the module docstring) from here to the servers' stop."""
     started: list[Running] = []
+    dog = _start_watchdog(request)
 
     async def start(
         clock: Clock | None = None,
@@ -59,18 +106,27 @@ async def start_server(tmp_path: Path) -> AsyncIterator[StartServer]:
         tokens: Sequence[str | bytes] | None = None,
         **config_overrides: Any,
     ) -> Running:
-        srv = await start_running(
-            data_dir if data_dir is not None else tmp_path / f"data{len(started)}",
-            config=config if config is not None else make_config(**config_overrides),
-            clock=clock if clock is not None else TestManualClock(),
-            tokens=tokens,
-        )
+        with dog.excusing() if dog is not None else contextlib.nullcontext():
+            srv = await start_running(  # disk I/O before it listens: not judged
+                data_dir if data_dir is not None else tmp_path / f"data{len(started)}",
+                config=config if config is not None else make_config(**config_overrides),
+                clock=clock if clock is not None else TestManualClock(),
+                tokens=tokens,
+            )
         started.append(srv)
         return srv
 
     yield start
-    for srv in reversed(started):
-        await srv.stop()
+    try:
+        for srv in reversed(started):
+            with dog.excusing() if dog is not None else contextlib.nullcontext():
+                await srv.stop()  # after it stopped serving: not judged
+    finally:
+        if dog is not None:
+            dog.stop()
+            del request.node.stash[_WATCHDOG]
+    if dog is not None:
+        dog.check("during setup or teardown")  # what the call's check did not see
 
 
 @pytest.fixture

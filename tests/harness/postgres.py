@@ -20,12 +20,12 @@ Faults: `stop(mode)` (`pg_ctl stop -m smart|fast|immediate`), `start()`, `restar
 (stop, then start on the same port), `kill9()` (SIGKILL to the postmaster; its children
 exit on their own; the next `start()` runs crash recovery). `fresh_database(name)` drops
 and creates a database and returns its DSN (per-test isolation). `close()` stops the
-server and removes the temp dir; it also runs at interpreter exit.
+server and removes the temp dir; it also runs at interpreter exit and when the run is killed
+(SIGTERM, SIGINT: tests.harness.cleanup).
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import re
@@ -40,6 +40,7 @@ from typing import Literal
 
 from scripts import pg_bin
 from scripts.pg_bin import HOST, SUPERUSER, clean_env, free_port, psql_path, run_as
+from tests.harness import cleanup
 
 StopMode = Literal["smart", "fast", "immediate"]
 
@@ -139,7 +140,7 @@ class PostgresCluster:
         self.socket_dir = self.root / "socket"
         self.log_file = self.root / "postgres.log"
         self._closed = False
-        atexit.register(self.close)
+        self._cleanup = cleanup.register(self.close, f"PostgreSQL cluster in {self.root}")
 
     # ------------------------------------------------------------------ building it
 
@@ -361,7 +362,7 @@ class PostgresCluster:
         if self._closed:
             return
         self._closed = True
-        atexit.unregister(self.close)
+        cleanup.unregister(self._cleanup)
         try:
             if self.running():
                 self.stop("immediate")

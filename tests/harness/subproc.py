@@ -9,6 +9,10 @@ tiny synchronous HTTP client for it.
 
 `LineProcess(args, env)` is any subprocess whose merged output is followed line by line
 (`lane drill` roles); `cli(*args)` runs `lane-coordinator ARGS` to completion.
+
+Each runs in its own session (a Ctrl-C in the terminal does not reach it) and is registered
+with tests.harness.cleanup: should the run end before the test stops it (SIGTERM, SIGINT, a
+test without teardown), its process group gets SIGTERM, then SIGKILL.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.config import Config
+from tests.harness import cleanup
 from tests.harness.config import (
     COORDINATOR_BIN,
     REPO,
@@ -79,6 +84,7 @@ class LineProcess:
             cwd=cwd,
             start_new_session=True,
         )
+        self._cleanup = cleanup.track_process(self.proc, group=True, name=f"{args[:3]}")
         self.lines: list[str] = []
         self._cond = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -127,6 +133,7 @@ class LineProcess:
             msg = f"{self.args[:3]} still running after {timeout} s:\n{self.text}"
             raise AssertionError(msg) from None
         self._reader.join(timeout=10)
+        cleanup.unregister(self._cleanup)
         return code
 
     def signal(self, sig: signal.Signals) -> None:
@@ -137,6 +144,7 @@ class LineProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=30)
+        cleanup.unregister(self._cleanup)
 
 
 class CoordinatorProcess(LineProcess):
@@ -234,13 +242,16 @@ class CoordinatorProcess(LineProcess):
                 self.proc.kill()
                 self.proc.wait(timeout=30)
         self._reader.join(timeout=10)
+        cleanup.unregister(self._cleanup)
         return self.proc.returncode
 
     def kill9(self) -> int:
         """SIGKILL: the coordinator gets no chance to drain; returns the exit code (-9)."""
-        os.kill(self.proc.pid, signal.SIGKILL)
+        if self.proc.returncode is None:  # not reaped yet: the pid is still its own
+            os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=30)
         self._reader.join(timeout=10)
+        cleanup.unregister(self._cleanup)
         return self.proc.returncode
 
     # ------------------------------------------------------------------ HTTP
