@@ -39,8 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from types import TracebackType
-from typing import Final, Literal, NamedTuple
+from typing import Final, Literal, NamedTuple, TypedDict
 
 from client.clock import wall
 from client.local_fs import check_state_dir
@@ -93,6 +92,17 @@ class Window(NamedTuple):
     project: str
     scene: str
     prompt_hash: str
+
+
+class Changes(TypedDict, total=False):
+    """`Journal.update`'s changes, as keyword arguments (a caller passing them on)."""
+
+    phase: Phase | None
+    fence: int | None
+    provider_job_id: str | None
+    needs: str | None
+    clear_needs: bool
+    outcome: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,12 +213,7 @@ class Journal:
     def __enter__(self) -> Journal:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def close(self) -> None:
