@@ -18,6 +18,7 @@ from concurrent.futures import Future
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from client.api import DEFAULT_RETRY, DEFAULT_TIMEOUT_SECONDS, LaneBackend, LaneClient, RetryPolicy
+from client.closing import Closing
 from client.forward import Forward
 
 T = TypeVar("T")
@@ -96,7 +97,7 @@ class _Blocking(Generic[Params, T]):
         return self.function if facade is None else types.MethodType(self.function, facade)
 
 
-class SyncLaneClient:
+class SyncLaneClient(Closing):
     """Blocking wrapper around a `LaneBackend` (a `LaneClient` unless told otherwise).
 
     It has every public method of `LaneClient`, with the same parameters, blocking and
@@ -147,12 +148,6 @@ class SyncLaneClient:
 
     def __repr__(self) -> str:
         return f"SyncLaneClient({self.backend!r})"
-
-    def __enter__(self) -> SyncLaneClient:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def close(self) -> None:
         """Close the backend and stop the loop thread (a `with_claim` sibling only stops

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Final, Literal, NamedTuple, TypedDict
 
 from client.clock import wall
+from client.closing import Closing
 from client.local_fs import check_state_dir
 
 JOURNAL_FILE: Final = "driver-journal.sqlite"
@@ -150,7 +151,7 @@ class Record:
         return self.ticket_id is not None and self.phase not in ("terminal", "lease-lost")
 
 
-class Journal:
+class Journal(Closing):
     """The live-job record (see the module docstring). Every method commits at once."""
 
     def __init__(self, path: str | Path, *, clock: Callable[[], float] = wall) -> None:
@@ -209,12 +210,6 @@ class Journal:
 
     def __repr__(self) -> str:
         return f"Journal({str(self.path)!r})"
-
-    def __enter__(self) -> Journal:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def close(self) -> None:
         with self._lock:
