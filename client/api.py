@@ -18,13 +18,14 @@ lane call is safe to repeat.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import aiohttp
 import msgspec
 
+from client.backend import DEFAULT_COOLDOWN_REASON, receipt_fields
 from client.clock import monotonic
-from client.errors import BadRequestError, ConfigError, PreProviderError
+from client.errors import ConfigError, PreProviderError
 from client.models import (
     CooldownReply,
     EvidenceReply,
@@ -48,9 +49,6 @@ from client.transport import (
     url_problem,
 )
 from coordinator.protocol import constants as P
-from coordinator.protocol.errors import LaneError
-from coordinator.protocol.receipts import canonical_json, receipt_id_for
-from coordinator.protocol.receipts import content_hash as hash_of_canonical
 
 PROTOCOL_VERSION = P.PROTOCOL_VERSION
 SHARED_KIND = P.ACTOR_SQLITE
@@ -58,7 +56,7 @@ SHARED_KIND = P.ACTOR_SQLITE
 SHARED_KINDS = P.SHARED_KINDS
 LOCAL_KIND = P.LOCAL_SQLITE
 DEFAULT_TIMEOUT_SECONDS = 10.0
-DEFAULT_COOLDOWN_REASON = P.COOLDOWN_REASONS[0]
+S = TypeVar("S")
 
 
 class LaneBackend(Protocol):
@@ -128,31 +126,6 @@ class LaneBackend(Protocol):
     ) -> HistoryReply: ...
 
     async def close(self) -> None: ...
-
-
-def receipt_fields(
-    ticket_id: str,
-    phase: str,
-    payload: dict[str, Any],
-    content_hash: str | None,
-    receipt_id: str | None,
-) -> tuple[str, str, str]:
-    """(receiptId, contentHash sent, contentHash computed) for a receipt payload.
-
-    The hash is sha256 over the payload's RFC 8785 canonical JSON; the id is
-    `<ticketId>:<phase>:<first 16 hex of the sent hash>` unless one is given.
-    """
-    if not isinstance(payload, dict):
-        raise BadRequestError(message="payload: must be a JSON object")
-    try:
-        computed = hash_of_canonical(canonical_json(payload))
-    except LaneError as exc:
-        raise BadRequestError(message=exc.message) from None
-    except (TypeError, ValueError) as exc:
-        raise BadRequestError(message=f"payload: not JSON-serializable ({exc})") from None
-    sent = content_hash or computed
-    rid = receipt_id or receipt_id_for(ticket_id, phase, sent)
-    return rid, sent, computed
 
 
 class LaneClient(HttpTransport):
@@ -227,127 +200,39 @@ class LaneClient(HttpTransport):
             retry=self.retry,
         )
 
-    # -------------------------------------------------- endpoints (docs/protocol.md#http-api)
+    # ------------------------------------------------------------------ how a body is answered
 
-    async def acquire(
-        self,
-        lane: str,
-        project: str,
-        scene: str,
-        prompt_hash: str,
-        lease_seconds: float | None = None,
-    ) -> LaneReply:
-        body = self._body(
-            lane, project=project, scene=scene, promptHash=prompt_hash, leaseSeconds=lease_seconds
-        )
-        return await self._post("acquire", body, LaneReply)
+    async def _send(self, op: str, lane: str, body: dict[str, Any], reply: type[S]) -> S:
+        return await self._post(op, body, reply)
 
-    async def await_ticket(
-        self, lane: str, ticket_id: str, wait_seconds: float = P.DEFAULT_AWAIT_SECONDS
-    ) -> LaneReply:
-        body = self._body(lane, ticketId=ticket_id, waitSeconds=wait_seconds)
+    async def _await(self, lane: str, body: dict[str, Any]) -> LaneReply:
         # The long poll gets its own timeout: the wait plus the per-call timeout as margin.
         # A retry asks for a shorter wait when less time is left (see `_request`).
-        own = float(wait_seconds) + self.timeout
-        return await self._post(
-            "await", body, LaneReply, timeout=own, long_poll=float(wait_seconds)
-        )
+        wait = float(body["waitSeconds"])
+        own = wait + self.timeout
+        return await self._post("await", body, LaneReply, timeout=own, long_poll=wait)
 
-    async def heartbeat(
-        self, lane: str, ticket_id: str, lease_seconds: float | None = None
-    ) -> HeartbeatReply:
-        body = self._body(lane, ticketId=ticket_id, leaseSeconds=lease_seconds)
-        return await self._post("heartbeat", body, HeartbeatReply)
-
-    async def release(
-        self,
-        lane: str,
-        ticket_id: str,
-        outcome: str | None = None,
-        provider_job_id: str | None = None,
-        note: str | None = None,
-    ) -> ReleaseReply:
-        """End the ticket. When an earlier attempt of this call may have been applied (its
-        reply was lost) and the repeat finds the ticket done with exactly this `outcome`, the
-        reply is the applied release's: `released: true` (its `promoted` list was in the lost
-        reply, so it is empty here)."""
-        body = self._body(
-            lane, ticketId=ticket_id, outcome=outcome, providerJobId=provider_job_id, note=note
-        )
+    async def _release(self, lane: str, body: dict[str, Any]) -> ReleaseReply:
         answer = await self._request("POST", "/v1/lanes/release", body)
         reply = self._convert(answer.data, ReleaseReply, "POST /v1/lanes/release", answer.status)
         if (
             answer.resent
             and not reply.released
             and reply.reason == "already-done"
-            and reply.outcome == outcome
+            and reply.outcome == body.get("outcome")
         ):
             reply = msgspec.structs.replace(reply, released=True, reason=None)
         return reply
 
-    async def receipt(
-        self,
-        lane: str,
-        ticket_id: str,
-        phase: str,
-        payload: dict[str, Any],
-        content_hash: str | None = None,
-        *,
-        receipt_id: str | None = None,
-    ) -> ReceiptReply:
-        """Append one receipt. The receiptId and sha256 (RFC 8785) are computed here; a given
-        `content_hash` overrides the computed one (the coordinator flags a mismatch), a given
-        `receipt_id` overrides the derived id (used to prove the 409 conflict). The id is fixed
-        before the first attempt, so a retried attempt is the same receipt (stored once; the
-        repeat answers 200 `replay: true` when the first attempt was applied)."""
-        rid, sent, _ = receipt_fields(ticket_id, phase, payload, content_hash, receipt_id)
-        body = self._body(
-            lane,
-            ticketId=ticket_id,
-            receiptId=rid,
-            phase=phase,
-            payload=payload,
-            contentHash=sent,
-        )
+    async def _receipt(self, lane: str, body: dict[str, Any]) -> ReceiptReply:
         status, data, _ = await self._request("POST", "/v1/lanes/receipt", body)
         reply = self._convert(data, ReceiptReply, "POST /v1/lanes/receipt", status)
-        reply.receipt_id, reply.content_hash, reply.http_status = rid, sent, status
+        reply.http_status = status
         return reply
 
-    async def cooldown(
-        self,
-        lane: str,
-        ticket_id: str,
-        retry_after_seconds: float,
-        reason_code: str = DEFAULT_COOLDOWN_REASON,
-    ) -> CooldownReply:
-        body = self._body(
-            lane, ticketId=ticket_id, reasonCode=reason_code, retryAfterSeconds=retry_after_seconds
-        )
-        return await self._post("cooldown", body, CooldownReply)
-
-    async def status(self, lane: str, include_receipts: bool = False) -> StatusReply:
-        body: dict[str, Any] = {
-            "protocolVersion": PROTOCOL_VERSION,
-            "lane": lane,
-            "machineId": self.machine_id,
-            "includeReceipts": include_receipts,
-        }
+    async def _status(self, lane: str, body: dict[str, Any]) -> StatusReply:
         status, data, _ = await self._request("POST", "/v1/lanes/status", body)
         return parse_status(data, lambda d: self._convert(d, StatusReply, "status", status))
-
-    async def history(
-        self, lane: str, limit: int = P.DEFAULT_HISTORY_LIMIT, project: str | None = None
-    ) -> HistoryReply:
-        body: dict[str, Any] = {
-            "protocolVersion": PROTOCOL_VERSION,
-            "lane": lane,
-            "machineId": self.machine_id,
-            "limit": limit,
-        }
-        if project is not None:
-            body["project"] = project
-        return await self._post("history", body, HistoryReply)
 
     # ------------------------------------------------------------------ control-room reads
 
@@ -425,6 +310,7 @@ async def wait_for_grant(
 
 
 __all__ = [
+    "DEFAULT_COOLDOWN_REASON",
     "DEFAULT_RETRY",
     "DEFAULT_TIMEOUT_SECONDS",
     "LOCAL_KIND",

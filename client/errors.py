@@ -148,6 +148,16 @@ BY_CODE: dict[str, type[LaneClientError]] = {
 }
 
 
+def is_transient(exc: LaneClientError) -> bool:
+    """A failure that says nothing about the lane (no answer, 5xx): worth retrying."""
+    inner = exc.underlying if isinstance(exc, PreProviderError) else exc
+    if inner is None:
+        return False
+    if isinstance(inner, CoordinatorUnreachableError | CoordinatorTimeoutError | UnavailableError):
+        return True
+    return isinstance(inner, MalformedReplyError) and inner.status >= 500
+
+
 def error_for(code: str, status: int, message: str) -> LaneClientError:
     """The client error class for a protocol error code (unknown codes keep the base class)."""
     cls = BY_CODE.get(code, LaneClientError)

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from client.api import DEFAULT_COOLDOWN_REASON, LOCAL_KIND, PROTOCOL_VERSION, receipt_fields
+from client.api import LOCAL_KIND
 from client.backend import BackendBase
 from client.clock import monotonic, wall
 from client.errors import (
@@ -64,14 +64,9 @@ from coordinator.protocol.errors import LaneError
 from coordinator.protocol.names import MACHINE_RE, lane_file_name, new_ticket_id
 from coordinator.protocol.receipts import check_receipt_id
 from coordinator.protocol.replies import (
-    CooldownReply,
-    HeartbeatReply,
-    HistoryReply,
     LaneReply,
     Pause,
     ReceiptReply,
-    ReleaseReply,
-    StatusReply,
 )
 from coordinator.store.sqlite import SqliteLaneStore
 
@@ -81,6 +76,7 @@ KEEPALIVE_PERSIST_SECONDS = 10.0
 LOCAL_BUSY_TIMEOUT_MS = 30_000
 
 T = TypeVar("T")
+R = TypeVar("R")
 B = TypeVar("B", bound=S.Base)
 
 
@@ -262,38 +258,22 @@ class LocalQueue(BackendBase):
     async def _run(self, lane: str, op: Operation[T]) -> T:
         return await asyncio.to_thread(self._run_sync, lane, op)
 
-    def _call(self, b: S.TicketBody) -> TicketCall:
-        return TicketCall(b.machine_id, b.claim_id, b.ticket_id)
-
     # ------------------------------------------------------------------ operations
 
-    async def acquire(
-        self,
-        lane: str,
-        project: str,
-        scene: str,
-        prompt_hash: str,
-        lease_seconds: float | None = None,
-    ) -> LaneReply:
-        b = _validate(
-            S.AcquireBody,
-            self._body(
-                lane, project=project, scene=scene, promptHash=prompt_hash,
-                leaseSeconds=lease_seconds,
-            ),
-        )  # fmt: skip
-        cmd = Acquire(
-            b.machine_id, b.claim_id, b.project, b.scene, b.prompt_hash, b.lease_seconds,
-            new_ticket_id(),
-        )  # fmt: skip
-        return await self._run(lane, AcquireOp(cmd))
+    async def _send(self, op: str, lane: str, body: dict[str, Any], reply: type[R]) -> R:
+        """The body checked by the coordinator's own request schema, then the engine
+        operation (`_OPERATIONS`) in one lane transaction."""
+        schema, operation = _OPERATIONS[op]
+        result = await self._run(lane, operation(_validate(schema, body)))
+        assert isinstance(result, reply)
+        return result
 
-    async def await_ticket(self, lane: str, ticket_id: str, wait_seconds: float = 30) -> LaneReply:
+    async def _await(self, lane: str, body: dict[str, Any]) -> LaneReply:
         """Polls the file every `poll_interval` s until the ticket is no longer queued, the
         pause starts/ends/changes, or `wait_seconds` pass (docs/protocol.md#await semantics)."""
-        b = _validate(S.AwaitBody, self._body(lane, ticketId=ticket_id, waitSeconds=wait_seconds))
+        b = _validate(S.AwaitBody, body)
         deadline = monotonic() + b.wait_seconds
-        op = AwaitOp(self._call(b))
+        op = AwaitOp(_ticket_call(b))
         reply = await self._run(lane, op)
         first_pause = _pause_key(reply.pause)
         while reply.ticket.state == "queued":
@@ -306,91 +286,48 @@ class LocalQueue(BackendBase):
                 break
         return reply
 
-    async def heartbeat(
-        self, lane: str, ticket_id: str, lease_seconds: float | None = None
-    ) -> HeartbeatReply:
-        b = _validate(
-            S.HeartbeatBody, self._body(lane, ticketId=ticket_id, leaseSeconds=lease_seconds)
-        )
-        return await self._run(lane, HeartbeatOp(Heartbeat(self._call(b), b.lease_seconds)))
-
-    async def release(
-        self,
-        lane: str,
-        ticket_id: str,
-        outcome: str | None = None,
-        provider_job_id: str | None = None,
-        note: str | None = None,
-    ) -> ReleaseReply:
-        b = _validate(
-            S.ReleaseBody,
-            self._body(
-                lane, ticketId=ticket_id, outcome=outcome, providerJobId=provider_job_id,
-                note=note,
-            ),
-        )  # fmt: skip
-        cmd = Release(self._call(b), b.outcome, b.provider_job_id, b.note)
-        return await self._run(lane, ReleaseOp(cmd))
-
-    async def receipt(
-        self,
-        lane: str,
-        ticket_id: str,
-        phase: str,
-        payload: dict[str, Any],
-        content_hash: str | None = None,
-        *,
-        receipt_id: str | None = None,
-    ) -> ReceiptReply:
+    async def _receipt(self, lane: str, body: dict[str, Any]) -> ReceiptReply:
         """The local queue keeps no receipts: validated like the coordinator, never stored."""
-        rid, sent, _ = receipt_fields(ticket_id, phase, payload, content_hash, receipt_id)
-        b = _validate(
-            S.ReceiptBody,
-            self._body(
-                lane, ticketId=ticket_id, receiptId=rid, phase=phase, payload=payload,
-                contentHash=sent,
-            ),
-        )  # fmt: skip
+        b = _validate(S.ReceiptBody, body)
         try:
             check_receipt_id(b.receipt_id, b.ticket_id, b.phase)
         except LaneError as exc:
             raise BadRequestError(message=exc.message) from None
-        reply = ReceiptReply(
+        return ReceiptReply(
             coordinator=LOCAL_KIND, stored=False, replay=False, content_hash_verified=None
         )
-        reply.receipt_id, reply.content_hash = rid, sent
-        return reply
 
-    async def cooldown(
-        self,
-        lane: str,
-        ticket_id: str,
-        retry_after_seconds: float,
-        reason_code: str = DEFAULT_COOLDOWN_REASON,
-    ) -> CooldownReply:
-        b = _validate(
-            S.CooldownBody,
-            self._body(
-                lane, ticketId=ticket_id, reasonCode=reason_code,
-                retryAfterSeconds=retry_after_seconds,
-            ),
-        )  # fmt: skip
-        cmd = Cooldown(self._call(b), b.reason_code, b.retry_after_seconds)
-        return await self._run(lane, CooldownOp(cmd))
 
-    async def status(self, lane: str, include_receipts: bool = False) -> StatusReply:
-        """Reaps and promotes like the coordinator; never has receipt keys (no receipts)."""
-        _validate(S.StatusBody, {"protocolVersion": PROTOCOL_VERSION, "lane": lane})
-        return await self._run(lane, StatusOp(P.STATUS_QUEUED_LIMIT))
+def _ticket_call(b: S.TicketBody) -> TicketCall:
+    return TicketCall(b.machine_id, b.claim_id, b.ticket_id)
 
-    async def history(
-        self, lane: str, limit: int = 100, project: str | None = None
-    ) -> HistoryReply:
-        body: dict[str, Any] = {"protocolVersion": PROTOCOL_VERSION, "lane": lane, "limit": limit}
-        if project is not None:
-            body["project"] = project
-        b = _validate(S.HistoryBody, body)
-        return await self._run(lane, HistoryOp(b.limit, b.project))
+
+def _acquire(b: S.AcquireBody) -> AcquireOp:
+    token = new_ticket_id()
+    return AcquireOp(
+        Acquire(b.machine_id, b.claim_id, b.project, b.scene, b.prompt_hash, b.lease_seconds, token)
+    )
+
+
+# Each operation answered by `_send`: its request schema and the engine operation for a
+# checked body. Status reaps and promotes like the coordinator but never has receipt keys.
+_OPERATIONS: dict[str, tuple[type[Any], Callable[[Any], Operation[Any]]]] = {
+    "acquire": (S.AcquireBody, _acquire),
+    "heartbeat": (
+        S.HeartbeatBody,
+        lambda b: HeartbeatOp(Heartbeat(_ticket_call(b), b.lease_seconds)),
+    ),
+    "release": (
+        S.ReleaseBody,
+        lambda b: ReleaseOp(Release(_ticket_call(b), b.outcome, b.provider_job_id, b.note)),
+    ),
+    "cooldown": (
+        S.CooldownBody,
+        lambda b: CooldownOp(Cooldown(_ticket_call(b), b.reason_code, b.retry_after_seconds)),
+    ),
+    "status": (S.StatusBody, lambda b: StatusOp(P.STATUS_QUEUED_LIMIT)),
+    "history": (S.HistoryBody, lambda b: HistoryOp(b.limit, b.project)),
+}
 
 
 def _pause_key(p: Pause | None) -> tuple[float, float] | None:

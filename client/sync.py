@@ -11,36 +11,19 @@ answer, so errors (including `PreProviderError`) are raised in the caller's thre
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
+import types
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
-from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
-from client.api import (
-    DEFAULT_COOLDOWN_REASON,
-    DEFAULT_RETRY,
-    DEFAULT_TIMEOUT_SECONDS,
-    LaneBackend,
-    LaneClient,
-    RetryPolicy,
-)
-from client.models import (
-    CooldownReply,
-    EvidenceReply,
-    HeartbeatReply,
-    HistoryReply,
-    IncidentsReply,
-    LaneReply,
-    LanesReply,
-    MachinesReply,
-    ReceiptReply,
-    ReleaseReply,
-    StatusReply,
-)
-from coordinator.protocol import constants as P
+from client.api import DEFAULT_RETRY, DEFAULT_TIMEOUT_SECONDS, LaneBackend, LaneClient, RetryPolicy
+from client.closing import Closing
+from client.forward import Forward
 
 T = TypeVar("T")
+Params = ParamSpec("Params")
 
 
 class _LoopThread:
@@ -82,7 +65,40 @@ class _LoopThread:
             self.loop.close()
 
 
-class SyncLaneClient:
+class _Blocking(Generic[Params, T]):
+    """A `SyncLaneClient` method: the `LaneClient` coroutine method of the same name (its
+    signature and docstring), called on the facade's backend — on `LaneClient` itself with
+    `shared_only` (a `TypeError` on any other backend) — and run to its result on the
+    facade's loop thread."""
+
+    def __init__(
+        self,
+        method: Callable[Concatenate[LaneClient, Params], Coroutine[Any, Any, T]],
+        *,
+        shared_only: bool = False,
+    ) -> None:
+        name = method.__name__
+
+        def blocking(facade: SyncLaneClient, /, *args: Params.args, **kwargs: Params.kwargs) -> T:
+            target = facade._client() if shared_only else facade.backend
+            coro: Coroutine[Any, Any, T] = getattr(target, name)(*args, **kwargs)
+            return facade._call(coro)
+
+        self.function = functools.wraps(method)(blocking)
+
+    @overload
+    def __get__(
+        self, facade: None, owner: type | None = None
+    ) -> Callable[Concatenate[SyncLaneClient, Params], T]: ...
+
+    @overload
+    def __get__(self, facade: SyncLaneClient, owner: type | None = None) -> Callable[Params, T]: ...
+
+    def __get__(self, facade: SyncLaneClient | None, owner: type | None = None) -> Any:
+        return self.function if facade is None else types.MethodType(self.function, facade)
+
+
+class SyncLaneClient(Closing):
     """Blocking wrapper around a `LaneBackend` (a `LaneClient` unless told otherwise).
 
     It has every public method of `LaneClient`, with the same parameters, blocking and
@@ -127,31 +143,12 @@ class SyncLaneClient:
 
         return cls.wrap(connect(settings))
 
-    @property
-    def kind(self) -> str:
-        return self.backend.kind
-
-    @property
-    def machine_id(self) -> str:
-        return self.backend.machine_id
-
-    @property
-    def claim_id(self) -> str | None:
-        return self.backend.claim_id
+    kind: Forward[str] = Forward("backend")
+    machine_id: Forward[str] = Forward("backend")
+    claim_id: Forward[str | None] = Forward("backend")
 
     def __repr__(self) -> str:
         return f"SyncLaneClient({self.backend!r})"
-
-    def __enter__(self) -> SyncLaneClient:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         """Close the backend and stop the loop thread (a `with_claim` sibling only stops
@@ -200,87 +197,18 @@ class SyncLaneClient:
             raise TypeError("control-room reads need the shared coordinator (LaneClient)")
         return self.backend
 
-    # ---- lane operations
+    # ---- lane operations (the backend's), then the control-room reads (LaneClient's only)
 
-    def acquire(
-        self,
-        lane: str,
-        project: str,
-        scene: str,
-        prompt_hash: str,
-        lease_seconds: float | None = None,
-    ) -> LaneReply:
-        return self._call(self.backend.acquire(lane, project, scene, prompt_hash, lease_seconds))
-
-    def await_ticket(
-        self, lane: str, ticket_id: str, wait_seconds: float = P.DEFAULT_AWAIT_SECONDS
-    ) -> LaneReply:
-        return self._call(self.backend.await_ticket(lane, ticket_id, wait_seconds))
-
-    def heartbeat(
-        self, lane: str, ticket_id: str, lease_seconds: float | None = None
-    ) -> HeartbeatReply:
-        return self._call(self.backend.heartbeat(lane, ticket_id, lease_seconds))
-
-    def release(
-        self,
-        lane: str,
-        ticket_id: str,
-        outcome: str | None = None,
-        provider_job_id: str | None = None,
-        note: str | None = None,
-    ) -> ReleaseReply:
-        return self._call(self.backend.release(lane, ticket_id, outcome, provider_job_id, note))
-
-    def receipt(
-        self,
-        lane: str,
-        ticket_id: str,
-        phase: str,
-        payload: dict[str, Any],
-        content_hash: str | None = None,
-        *,
-        receipt_id: str | None = None,
-    ) -> ReceiptReply:
-        return self._call(
-            self.backend.receipt(
-                lane, ticket_id, phase, payload, content_hash, receipt_id=receipt_id
-            )
-        )
-
-    def cooldown(
-        self,
-        lane: str,
-        ticket_id: str,
-        retry_after_seconds: float,
-        reason_code: str = DEFAULT_COOLDOWN_REASON,
-    ) -> CooldownReply:
-        return self._call(self.backend.cooldown(lane, ticket_id, retry_after_seconds, reason_code))
-
-    def status(self, lane: str, include_receipts: bool = False) -> StatusReply:
-        return self._call(self.backend.status(lane, include_receipts))
-
-    def history(
-        self, lane: str, limit: int = P.DEFAULT_HISTORY_LIMIT, project: str | None = None
-    ) -> HistoryReply:
-        return self._call(self.backend.history(lane, limit, project))
-
-    # ---- control-room reads (shared coordinator only)
-
-    def lanes(self) -> LanesReply:
-        return self._call(self._client().lanes())
-
-    def incidents(
-        self, lane: str | None = None, limit: int = P.DEFAULT_INCIDENTS_LIMIT
-    ) -> IncidentsReply:
-        return self._call(self._client().incidents(lane, limit))
-
-    def machines(self) -> MachinesReply:
-        return self._call(self._client().machines())
-
-    def evidence(self, lane: str, ticket_id: str | None = None) -> EvidenceReply:
-        return self._call(self._client().evidence(lane, ticket_id))
-
-    def healthz(self) -> bool:
-        """GET /healthz (public); True when the coordinator answers {"ok": true}."""
-        return self._call(self._client().healthz())
+    acquire = _Blocking(LaneClient.acquire)
+    await_ticket = _Blocking(LaneClient.await_ticket)
+    heartbeat = _Blocking(LaneClient.heartbeat)
+    release = _Blocking(LaneClient.release)
+    receipt = _Blocking(LaneClient.receipt)
+    cooldown = _Blocking(LaneClient.cooldown)
+    status = _Blocking(LaneClient.status)
+    history = _Blocking(LaneClient.history)
+    lanes = _Blocking(LaneClient.lanes, shared_only=True)
+    incidents = _Blocking(LaneClient.incidents, shared_only=True)
+    machines = _Blocking(LaneClient.machines, shared_only=True)
+    evidence = _Blocking(LaneClient.evidence, shared_only=True)
+    healthz = _Blocking(LaneClient.healthz, shared_only=True)

@@ -9,7 +9,7 @@ import json
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from client.api import LaneBackend
 from client.cli.exits import EXIT_FAIL, EXIT_OK, UsageError
@@ -89,32 +89,34 @@ def read_payload(path: str) -> dict[str, Any]:
     return payload
 
 
+class _Wire(Protocol):
+    def to_wire(self) -> dict[str, Any]: ...
+
+
 async def cmd_simple(args: argparse.Namespace, settings: Settings, lane: str) -> int:
     async def run(b: LaneBackend) -> int:
         cmd = args.command
         if cmd == "status":
             st = await b.status(lane, include_receipts=args.verbose)
-            if args.json:
-                emit_json(st.to_wire())
-            else:
-                out(status_text(st, args.verbose))
-            return EXIT_OK
+            return _answer(args, st, lambda: status_text(st, args.verbose))
         if cmd == "acquire":
             r = await b.acquire(
                 lane, args.project, args.scene, args.prompt_hash, args.lease_seconds
             )
-            emit_json(r.to_wire()) if args.json else out(lane_reply_text(r))
+            note = ""
             if r.duplicate and not r.granted and r.ticket.state == "held":
-                say(
+                note = (
                     f"lane: duplicate request — held by {who(r.owner.machine_id, r.owner.claim_id)}"
                 )
-            return EXIT_OK
+            return _answer(args, r, lambda: lane_reply_text(r), note)
         if cmd == "heartbeat":
             h = await b.heartbeat(lane, args.ticket, args.lease_seconds)
-            return _heartbeat_out(args, h)
+            why = "" if h.refreshed else f"lane: heartbeat not refreshed: {h.reason}"
+            return _answer(args, h, lambda: _heartbeat_text(h), why, ok=h.refreshed)
         if cmd == "release":
             rel = await b.release(lane, args.ticket, args.outcome, args.provider_job, args.note)
-            return _release_out(args, rel)
+            why = "" if rel.released else f"lane: not released: {rel.reason}"
+            return _answer(args, rel, lambda: _release_text(rel), why, ok=rel.released)
         if cmd == "receipt":
             payload = read_payload(args.payload_file)
             # docs/protocol.md#driver-rules: hashes, ids and counts — never a prompt, a path,
@@ -124,77 +126,77 @@ async def cmd_simple(args: argparse.Namespace, settings: Settings, lane: str) ->
             except ValueError as exc:
                 raise UsageError(f"--payload-file: {exc}") from None
             rec = await b.receipt(lane, args.ticket, args.phase, payload, args.content_hash)
-            return _receipt_out(args, rec)
+            note = ""
+            if rec.coordinator != "actor-sqlite" and not rec.stored:
+                note = "lane: the local queue keeps no receipts; nothing was stored"
+            return _answer(args, rec, lambda: _receipt_text(rec), note)
         if cmd == "cooldown":
             retry = args.retry_after or settings.human_check_cooldown_seconds
             cd = await b.cooldown(lane, args.ticket, retry, args.reason)
-            return _cooldown_out(args, cd)
+            return _answer(args, cd, lambda: _cooldown_text(cd), _cooldown_note(cd))
         if cmd == "history":
             hist = await b.history(lane, args.limit, args.project)
-            emit_json(hist.to_wire()) if args.json else out(history_text(hist))
-            return EXIT_OK
+            return _answer(args, hist, lambda: history_text(hist))
         raise UsageError(f"unknown command {cmd}")
 
     return await with_backend(settings, run)
 
 
-def _heartbeat_out(args: argparse.Namespace, h: HeartbeatReply) -> int:
-    if args.json:
-        emit_json(h.to_wire())
-    elif h.refreshed:
-        left = fmt_secs(h.lease_expires_at - wall()) if h.lease_expires_at else "-"
-        out(f"refreshed  yes\nstate      {h.state}\nlease      {left} left\nfence      {h.fence}")
-    else:
-        out(f"refreshed  no\nstate      {h.state}\nreason     {h.reason}")
+def _answer(
+    args: argparse.Namespace,
+    reply: _Wire,
+    text: Callable[[], str],
+    note: str = "",
+    *,
+    ok: bool = True,
+) -> int:
+    """Print the reply (JSON with --json, else `text()`), then `note` (if any) on stderr; the
+    exit code says whether the call did what it asked (`ok`)."""
+    emit_json(reply.to_wire()) if args.json else out(text())
+    if note:
+        say(note)
+    return EXIT_OK if ok else EXIT_FAIL
+
+
+def _heartbeat_text(h: HeartbeatReply) -> str:
     if not h.refreshed:
-        say(f"lane: heartbeat not refreshed: {h.reason}")
-    return EXIT_OK if h.refreshed else EXIT_FAIL
+        return f"refreshed  no\nstate      {h.state}\nreason     {h.reason}"
+    left = fmt_secs(h.lease_expires_at - wall()) if h.lease_expires_at else "-"
+    return f"refreshed  yes\nstate      {h.state}\nlease      {left} left\nfence      {h.fence}"
 
 
-def _release_out(args: argparse.Namespace, r: ReleaseReply) -> int:
-    if args.json:
-        emit_json(r.to_wire())
-    else:
-        lines = [
-            f"released   {'yes' if r.released else 'no'}",
-            f"state      {r.state}",
-            f"outcome    {r.outcome or 'null'}",
-            f"promoted   {', '.join(r.promoted) or '-'}",
-        ]
-        if r.reason:
-            lines.append(f"reason     {r.reason}")
-        out("\n".join(lines))
-    if not r.released:
-        say(f"lane: not released: {r.reason}")
-    return EXIT_OK if r.released else EXIT_FAIL
+def _release_text(r: ReleaseReply) -> str:
+    lines = [
+        f"released   {'yes' if r.released else 'no'}",
+        f"state      {r.state}",
+        f"outcome    {r.outcome or 'null'}",
+        f"promoted   {', '.join(r.promoted) or '-'}",
+    ]
+    if r.reason:
+        lines.append(f"reason     {r.reason}")
+    return "\n".join(lines)
 
 
-def _receipt_out(args: argparse.Namespace, r: ReceiptReply) -> int:
-    if args.json:
-        emit_json(r.to_wire())
-    else:
-        verified = {True: "yes", False: "NO (stored and flagged)", None: "unknown"}
-        out(
-            f"receipt    {r.receipt_id}\nstored     {'yes' if r.stored else 'no'}\n"
-            f"replay     {'yes' if r.replay else 'no'}\n"
-            f"hash       {r.content_hash} (verified: {verified[r.content_hash_verified]})"
-        )
-    if r.coordinator != "actor-sqlite" and not r.stored:
-        say("lane: the local queue keeps no receipts; nothing was stored")
-    return EXIT_OK
+def _receipt_text(r: ReceiptReply) -> str:
+    verified = {True: "yes", False: "NO (stored and flagged)", None: "unknown"}
+    return (
+        f"receipt    {r.receipt_id}\nstored     {'yes' if r.stored else 'no'}\n"
+        f"replay     {'yes' if r.replay else 'no'}\n"
+        f"hash       {r.content_hash} (verified: {verified[r.content_hash_verified]})"
+    )
 
 
-def _cooldown_out(args: argparse.Namespace, r: CooldownReply) -> int:
-    if args.json:
-        emit_json(r.to_wire())
-    elif r.pause is not None:
-        out(pause_line(r.pause, wall()) + ("  (extended)" if r.extended else ""))
-    else:
-        out("paused     no (unenforced lane)")
-    if r.paused and r.pause is not None:
-        where = "every computer" if r.coordinator == "actor-sqlite" else "this computer"
-        say(f"lane: paused {r.pause.reason_code} on {where} until {fmt_time(r.pause.until)}")
-    return EXIT_OK
+def _cooldown_text(r: CooldownReply) -> str:
+    if r.pause is None:
+        return "paused     no (unenforced lane)"
+    return pause_line(r.pause, wall()) + ("  (extended)" if r.extended else "")
+
+
+def _cooldown_note(r: CooldownReply) -> str:
+    if not r.paused or r.pause is None:
+        return ""
+    where = "every computer" if r.coordinator == "actor-sqlite" else "this computer"
+    return f"lane: paused {r.pause.reason_code} on {where} until {fmt_time(r.pause.until)}"
 
 
 __all__ = [

@@ -79,23 +79,17 @@ def _ticket_arg(p: argparse.ArgumentParser) -> None:
 
 def _identity_args(p: argparse.ArgumentParser, required: bool) -> None:
     """The request identity: required for acquire; trace (not required) has its own."""
-    p.add_argument(
-        "--project",
-        required=required,
-        default=None if required else TRACE_PROJECT,
-        help="the request's project",
-    )
-    p.add_argument(
-        "--scene",
-        required=required,
-        help="the request's scene" + ("" if required else " (default: trace-<claim>)"),
-    )
-    p.add_argument(
-        "--prompt-hash",
-        required=required,
-        default=None if required else TRACE_PROMPT_HASH,
-        help="a hash of the prompt (never the prompt itself)",
-    )
+    for flag, trace_default, text in (
+        ("--project", TRACE_PROJECT, "the request's project"),
+        (
+            "--scene",
+            None,
+            "the request's scene" + ("" if required else " (default: trace-<claim>)"),
+        ),
+        ("--prompt-hash", TRACE_PROMPT_HASH, "a hash of the prompt (never the prompt itself)"),
+    ):
+        default = None if required else trace_default
+        p.add_argument(flag, required=required, default=default, help=text)
     p.add_argument(
         "--lease-seconds", type=float, help="lease length, 15-3600 s (default: the coordinator's)"
     )

@@ -27,9 +27,10 @@ from client.drill.common import (
     PartnerTimeout,
     expect,
     is_transient,
+    release_each,
 )
 from client.errors import LaneClientError
-from client.models import LaneReply
+from client.models import LaneReply, ReleaseReply
 
 T = TypeVar("T")
 
@@ -183,19 +184,11 @@ class Barrier:
             await asyncio.sleep(POLL_INTERVAL)
 
     async def release_all(self) -> tuple[int, list[str]]:
-        released, problems = 0, []
-        for tid in self.made:
+        async def release(tid: str) -> ReleaseReply:
             self._keep.pop((self.lane, tid), None)
-            try:
-                r = await self.client.release(self.lane, tid, "not-submitted", None, "lane drill")
-            except LaneClientError as exc:
-                problems.append(f"{tid}: {exc}")
-                continue
-            if r.released or r.reason in ("already-done", "expired"):
-                released += 1
-            else:
-                problems.append(f"{tid}: {r.reason}")
-        return released, problems
+            return await self.client.release(self.lane, tid, "not-submitted", None, "lane drill")
+
+        return await release_each(self.made, release)
 
 
 __all__ = ["Barrier", "Signal"]

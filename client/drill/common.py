@@ -1,23 +1,18 @@
 """What every part of `lane drill` shares: its constants and step titles, its errors, the
-small check helpers, and `drill_lanes` (the drill lane and its barrier lane, refused by the
-shared rules in refusals.py)."""
+small check helpers, `drill_lanes` (the drill lane and its barrier lane, refused by the
+shared rules in refusals.py), and what the self-test uses too: `route_and_account` (the lane
+the flags name) and `release_each` (the clean-up)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from client.config import Settings
 from client.drill.refusals import Wording, refuse_real_account
-from client.errors import (
-    BadRequestError,
-    CoordinatorTimeoutError,
-    CoordinatorUnreachableError,
-    LaneClientError,
-    MalformedReplyError,
-    PreProviderError,
-    UnavailableError,
-)
+from client.errors import BadRequestError, LaneClientError, PreProviderError, is_transient
+from client.models import ReleaseReply
 from coordinator.protocol.errors import LaneError
 from coordinator.protocol.names import parse_lane
 
@@ -93,20 +88,27 @@ class StepResult:
     data: dict[str, Any] = field(default_factory=dict)
 
 
+def route_and_account(
+    lane: str | None, route: str | None, account: str | None, default: tuple[str, str]
+) -> tuple[str, str]:
+    """The (route, account) of `--lane route:account` when given, else of --route/--account,
+    each defaulting to `default`'s."""
+    if lane:
+        try:
+            return parse_lane(lane)
+        except LaneError as exc:
+            raise BadRequestError(message=exc.message) from None
+    return route or default[0], account or default[1]
+
+
 def drill_lanes(
     lane: str | None, route: str | None, account: str | None, settings: Settings
 ) -> tuple[str, str]:
     """(drill lane, barrier lane); refuses production accounts whatever the flags say."""
     if lane and (route or account):
         raise BadRequestError(message="give --lane route:account, or --route/--account, not both")
-    if lane:
-        try:
-            route_v, acct = parse_lane(lane)
-        except LaneError as exc:
-            raise BadRequestError(message=exc.message) from None
-    else:
-        d_route, d_acct = DEFAULT_DRILL_LANE.split(":")
-        route_v, acct = route or d_route, account or d_acct
+    d_route, d_acct = DEFAULT_DRILL_LANE.split(":")
+    route_v, acct = route_and_account(lane, route, account, (d_route, d_acct))
     name = f"{route_v}:{acct}"
     barrier = f"{name}{BARRIER_SUFFIX}"
     for candidate in (name, barrier):
@@ -118,14 +120,23 @@ def drill_lanes(
     return name, barrier
 
 
-def is_transient(exc: LaneClientError) -> bool:
-    """A failure that says nothing about the lane (no answer, 5xx): worth retrying."""
-    inner = exc.underlying if isinstance(exc, PreProviderError) else exc
-    if inner is None:
-        return False
-    if isinstance(inner, CoordinatorUnreachableError | CoordinatorTimeoutError | UnavailableError):
-        return True
-    return isinstance(inner, MalformedReplyError) and inner.status >= 500
+async def release_each(
+    tickets: Iterable[str], release: Callable[[str], Awaitable[ReleaseReply]]
+) -> tuple[int, list[str]]:
+    """Clean up: `release` every ticket. (How many are released or were already over, one
+    problem line per ticket that is not.)"""
+    released, problems = 0, []
+    for tid in tickets:
+        try:
+            r = await release(tid)
+        except LaneClientError as exc:
+            problems.append(f"{tid}: {exc}")
+            continue
+        if r.released or r.reason in ("already-done", "expired"):
+            released += 1
+        else:
+            problems.append(f"{tid}: {r.reason}")
+    return released, problems
 
 
 def unwrap(exc: LaneClientError) -> LaneClientError:
@@ -176,5 +187,7 @@ __all__ = [
     "expect",
     "is_transient",
     "ms",
+    "release_each",
+    "route_and_account",
     "unwrap",
 ]

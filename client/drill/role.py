@@ -60,6 +60,7 @@ from client.drill.common import (
     DrillRefusedError,
     StepResult,
     expect,
+    release_each,
 )
 from client.drill.refusals import lane_refusal
 from client.errors import LaneClientError
@@ -143,6 +144,18 @@ class DrillRole:
     async def release(self, tid: str, outcome: str = "not-submitted") -> ReleaseReply:
         self.keep.pop((self.lane, tid), None)
         return await self.client.release(self.lane, tid, outcome, None, "lane drill")
+
+    async def release_expected(self, tid: str, what: str) -> ReleaseReply:
+        """Release `tid` (`what` names it in the failure): a step fails unless it is released."""
+        rel = await self.release(tid)
+        expect(rel.released, f"release of {what} refused: {rel.reason}")
+        return rel
+
+    async def timed_acquire(self, scene: str) -> tuple[LaneReply, float]:
+        """Acquire `scene` with the drill lease: (the reply, seconds the call took)."""
+        t0 = monotonic()
+        r = await self.acquire(scene, DRILL_LEASE_SECONDS)
+        return r, monotonic() - t0
 
     async def keepalive(self) -> None:
         """Heartbeat barrier tickets (and held/queued drill tickets registered for it)."""
@@ -252,18 +265,7 @@ class DrillRole:
     async def finish(self, ok: bool) -> tuple[bool, str]:
         """Release every drill ticket, sync with the partner (on success), verify, release
         every barrier ticket. (cleanup ok, detail)"""
-        problems: list[str] = []
-        released = 0
-        for tid in list(self.made):
-            try:
-                r = await self.release(tid)
-            except LaneClientError as exc:
-                problems.append(f"{tid}: {exc}")
-                continue
-            if r.released or r.reason in ("already-done", "expired"):
-                released += 1
-            else:
-                problems.append(f"{tid}: {r.reason}")
+        released, problems = await release_each(list(self.made), self.release)
         after = ""
         if self.run_id:
             with contextlib.suppress(LaneClientError):

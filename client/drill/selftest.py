@@ -21,6 +21,7 @@ import aiohttp
 
 from client.api import LaneClient
 from client.config import Settings
+from client.drill.common import release_each, route_and_account
 from client.drill.refusals import (
     Wording,
     lane_refusal,
@@ -70,14 +71,8 @@ def self_test_lane(
     lane: str | None, route: str | None, account: str | None, settings: Settings
 ) -> str:
     """The test lane; refuses production accounts whatever the override says."""
-    if lane:
-        try:
-            route_v, acct = parse_lane(lane)
-        except LaneError as exc:
-            raise BadRequestError(message=exc.message) from None
-    else:
-        route_v = route or DEFAULT_SELF_TEST_ROUTE
-        acct = account or settings.self_test_account
+    default = (DEFAULT_SELF_TEST_ROUTE, settings.self_test_account)
+    route_v, acct = route_and_account(lane, route, account, default)
     name = f"{route_v}:{acct}"
     try:
         parse_lane(name)
@@ -261,7 +256,10 @@ async def run_self_test(
                 failed = True
                 report(_Result(name, False, str(exc)))
     finally:
-        released, problems = await _release_all(lane, made)
+        note = "lane self-test cleanup"
+        released, problems = await release_each(
+            made, lambda tid: made[tid].release(lane, tid, "not-submitted", None, note)
+        )
         await session.close()
     cleanup_ok = not problems
     report(
@@ -296,21 +294,6 @@ async def run_self_test(
         warn("lane: self-test could not reach a trustworthy shared coordinator")
         return EXIT_PRE_PROVIDER
     return EXIT_FAIL
-
-
-async def _release_all(lane: str, made: dict[str, LaneClient]) -> tuple[int, list[str]]:
-    released, problems = 0, []
-    for tid, owner in made.items():
-        try:
-            r = await owner.release(lane, tid, "not-submitted", None, "lane self-test cleanup")
-        except LaneClientError as exc:
-            problems.append(f"{tid}: {exc}")
-            continue
-        if r.released or r.reason in ("already-done", "expired"):
-            released += 1
-        else:
-            problems.append(f"{tid}: {r.reason}")
-    return released, problems
 
 
 __all__ = [

@@ -26,9 +26,7 @@ from client.drill.role import DrillRole
 
 async def step1(drill: DrillRole) -> StepResult:
     if drill.role == "a":
-        t0 = monotonic()
-        r = await drill.acquire("shared-queue-drill-a", DRILL_LEASE_SECONDS)
-        took = monotonic() - t0
+        r, took = await drill.timed_acquire("shared-queue-drill-a")
         expect(
             r.granted and r.ticket.state == "held",
             f"expected granted+held, got granted={r.granted} state={r.ticket.state} "
@@ -60,9 +58,7 @@ async def step1(drill: DrillRole) -> StepResult:
 
 async def step2(drill: DrillRole) -> StepResult:
     if drill.role == "b":
-        t0 = monotonic()
-        r = await drill.acquire("shared-queue-drill-b", DRILL_LEASE_SECONDS)
-        took = monotonic() - t0
+        r, took = await drill.timed_acquire("shared-queue-drill-b")
         expect(
             not r.granted and r.ticket.state == "queued" and r.ticket.position == 1,
             f"expected queued at position 1, got state={r.ticket.state} "
@@ -95,9 +91,7 @@ async def step3(drill: DrillRole) -> StepResult:
         go = float((await drill.barrier.wait("s3go", "announce the race instant")).data)
     await asyncio.sleep(max(0.0, go - drill.coord_now()))
     sent = drill.coord_now()
-    t0 = monotonic()
-    r = await drill.acquire("shared-queue-race", DRILL_LEASE_SECONDS)
-    took = monotonic() - t0
+    r, took = await drill.timed_acquire("shared-queue-race")
     mine_owner = r.owner.machine_id == drill.client.machine_id and (
         r.owner.claim_id == drill.client.claim_id
     )
@@ -196,8 +190,7 @@ async def step4(drill: DrillRole) -> StepResult:
 async def step3b(drill: DrillRole) -> StepResult:
     race = drill.ids["race"]
     if drill.role == "b":
-        rel = await drill.release(drill.ids["b"])
-        expect(rel.released, f"release of {drill.ids['b']} refused: {rel.reason}")
+        rel = await drill.release_expected(drill.ids["b"], drill.ids["b"])
         expect(rel.promoted == [race], f"release promoted {rel.promoted}, expected [{race}]")
         await drill.barrier.signal("s3b-open", race)
     else:
@@ -210,8 +203,7 @@ async def step3b(drill: DrillRole) -> StepResult:
         )
         await drill.barrier.signal("s3b", f"owner-granted|{r.ticket.fence}")
         sig = await drill.barrier.wait("s3b", "re-acquire the race ticket")
-        rel2 = await drill.release(race)
-        expect(rel2.released, f"release of the race ticket refused: {rel2.reason}")
+        await drill.release_expected(race, "the race ticket")
         await drill.barrier.signal("s3b-done")
         return StepResult(
             "3b",

@@ -182,8 +182,7 @@ async def step6(drill: DrillRole) -> StepResult:
         f"promoted {late:+.3f} s relative to the expiry (expected 0..{MAX_PROMOTION_LATENESS:g})",
     )
     await drill.barrier.signal("s6done", f"{r.ticket_id}|{late * 1000:.0f}|{parked:.1f}")
-    rel = await drill.release(r.ticket_id)
-    expect(rel.released, f"release of the waiter refused: {rel.reason}")
+    await drill.release_expected(r.ticket_id, "the waiter")
     return StepResult(
         "6",
         True,
@@ -242,8 +241,7 @@ async def step7(drill: DrillRole) -> StepResult:
         f"history of {b_tid}: outcome {e2.outcome if e2 else None}, lateOutcome "
         f"{e2.late_outcome if e2 else None}; expected expired + lease-lost",
     )
-    rel = await drill.release(r.ticket_id)
-    expect(rel.released, f"release of A's waiter refused: {rel.reason}")
+    await drill.release_expected(r.ticket_id, "A's waiter")
     return StepResult(
         "7",
         True,

@@ -15,10 +15,10 @@ import asyncio
 import math
 import sys
 from collections.abc import Callable
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Unpack
 
 from client.config import clamp_cooldown
-from client.driver.journal import Journal, Phase, Record, Window, new_attempt_id
+from client.driver.journal import Changes, Journal, Record, Window, new_attempt_id
 from client.driver.options import WaitUpdate, human_check_cooldown_seconds
 from client.driver.receipts import Receipts
 from client.errors import LaneClientError
@@ -153,29 +153,12 @@ class TurnBase:
     def _say(self, line: str) -> None:
         print(line, file=self.out, flush=True)
 
-    def _journal_update(
-        self,
-        *,
-        phase: Phase | None = None,
-        fence: int | None = None,
-        provider_job_id: str | None = None,
-        needs: str | None = None,
-        clear_needs: bool = False,
-        outcome: str | None = None,
-    ) -> Record | None:
+    def _journal_update(self, **changes: Unpack[Changes]) -> Record | None:
         """`Journal.update` on this window (nothing without a journal or its row)."""
         if self.journal is None:
             return None
         try:
-            return self.journal.update(
-                self.window,
-                phase=phase,
-                fence=fence,
-                provider_job_id=provider_job_id,
-                needs=needs,
-                clear_needs=clear_needs,
-                outcome=outcome,
-            )
+            return self.journal.update(self.window, **changes)
         except KeyError:
             return None
 

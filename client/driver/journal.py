@@ -40,10 +40,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from types import TracebackType
-from typing import Final, Literal, NamedTuple
+from typing import Final, Literal, NamedTuple, TypedDict
 
 from client.clock import wall
+from client.closing import Closing
 from client.local_fs import check_state_dir
 
 JOURNAL_FILE: Final = "driver-journal.sqlite"
@@ -96,6 +96,17 @@ class Window(NamedTuple):
     prompt_hash: str
 
 
+class Changes(TypedDict, total=False):
+    """`Journal.update`'s changes, as keyword arguments (a caller passing them on)."""
+
+    phase: Phase | None
+    fence: int | None
+    provider_job_id: str | None
+    needs: str | None
+    clear_needs: bool
+    outcome: str | None
+
+
 @dataclass(frozen=True, slots=True)
 class Record:
     lane: str
@@ -141,7 +152,7 @@ class Record:
         return self.ticket_id is not None and self.phase not in ("terminal", "lease-lost")
 
 
-class Journal:
+class Journal(Closing):
     """The live-job record (see the module docstring). Every method commits at once."""
 
     def __init__(self, path: str | Path, *, clock: Callable[[], float] = wall) -> None:
@@ -200,17 +211,6 @@ class Journal:
 
     def __repr__(self) -> str:
         return f"Journal({str(self.path)!r})"
-
-    def __enter__(self) -> Journal:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         with self._lock:

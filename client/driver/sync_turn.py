@@ -8,7 +8,6 @@ on the facade's loop thread; your provider functions run in your thread.
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, TypeVar, TypeVarTuple
 
 from client.driver.errors import DriverError, NotSubmitted, ReconcileRequired
@@ -16,6 +15,7 @@ from client.driver.journal import Journal, Record
 from client.driver.options import WaitUpdate
 from client.driver.receipts import Receipts
 from client.driver.turn import Turn
+from client.forward import Forward
 from client.models import CooldownReply
 from coordinator.protocol.constants import DEFAULT_LEASE_SECONDS
 
@@ -100,69 +100,23 @@ class SyncTurn:
         self._await(self.turn.__aenter__())
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._await(self.turn.__aexit__(exc_type, exc, tb))
+    def __exit__(self, *exc_info: Any) -> None:
+        self._await(self.turn.__aexit__(*exc_info))
 
     def __repr__(self) -> str:
         return f"Sync{self.turn!r}"
 
-    # caller-settable fields and state
-    @property
-    def outcome(self) -> str | None:
-        return self.turn.outcome
-
-    @outcome.setter
-    def outcome(self, value: str | None) -> None:
-        self.turn.outcome = value
-
-    @property
-    def provider_job_id(self) -> str | None:
-        return self.turn.provider_job_id
-
-    @provider_job_id.setter
-    def provider_job_id(self, value: str | None) -> None:
-        self.turn.provider_job_id = value
-
-    @property
-    def note(self) -> str | None:
-        return self.turn.note
-
-    @note.setter
-    def note(self, value: str | None) -> None:
-        self.turn.note = value
-
-    @property
-    def ticket_id(self) -> str | None:
-        return self.turn.ticket_id
-
-    @property
-    def fence(self) -> int | None:
-        return self.turn.fence
-
-    @property
-    def lease_lost(self) -> bool:
-        return self.turn.lease_lost
-
-    @property
-    def needs(self) -> str | None:
-        return self.turn.needs
-
-    @property
-    def pending(self) -> Record | None:
-        return self.turn.pending
-
-    @property
-    def resumable(self) -> bool:
-        return self.turn.resumable
-
-    @property
-    def receipts(self) -> Receipts | None:
-        return self.turn.receipts
+    # caller-settable fields and state: the turn's own
+    outcome: Forward[str | None] = Forward("turn", settable=True)
+    provider_job_id: Forward[str | None] = Forward("turn", settable=True)
+    note: Forward[str | None] = Forward("turn", settable=True)
+    ticket_id: Forward[str | None] = Forward("turn")
+    fence: Forward[int | None] = Forward("turn")
+    lease_lost: Forward[bool] = Forward("turn")
+    needs: Forward[str | None] = Forward("turn")
+    pending: Forward[Record | None] = Forward("turn")
+    resumable: Forward[bool] = Forward("turn")
+    receipts: Forward[Receipts | None] = Forward("turn")
 
     def check(self) -> None:
         self._on_loop(self.turn.check)
