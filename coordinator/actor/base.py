@@ -23,6 +23,8 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+import structlog
+
 from coordinator.actor.commit_log import report_group
 from coordinator.actor.descriptors import PREOPEN_SECONDS
 from coordinator.actor.parking import Parking
@@ -35,8 +37,10 @@ from coordinator.engine.store import LaneStore
 from coordinator.engine.transaction import LaneMemory, Outcome
 from coordinator.metrics import NULL_METRICS, LaneObserver
 from coordinator.protocol.errors import LaneError, Unavailable
+from coordinator.store.files import failure_reason
 
 T = TypeVar("T")
+log = structlog.get_logger("coordinator.actor")
 S = TypeVar("S", bound=LaneStore)
 
 
@@ -246,6 +250,11 @@ class LaneActor(ABC, Generic[S]):
                 self._rearm()
             finally:
                 self._busy = False
+
+    def _log_failure(self, event: str, exc: BaseException | None) -> None:
+        """A store failure of this lane, logged with its short cause (never the driver's
+        text)."""
+        log.error(event, lane=self.lane, error=type(exc).__name__, reason=failure_reason(exc))
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         """A store call on a store thread."""

@@ -15,41 +15,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from concurrent.futures import Executor
 from typing import Any
 
 import structlog
 
 from coordinator.actor.base import Call, LaneActor, Pending
-from coordinator.clock import Clock
-from coordinator.constants import COORDINATOR_KIND
-from coordinator.engine.model import LaneSettings
 from coordinator.engine.operations import Operation
 from coordinator.engine.store import LockingStore
 from coordinator.engine.transaction import LockedRun, run_locked
-from coordinator.metrics import NULL_METRICS, LaneObserver
 from coordinator.protocol.errors import Unavailable
-from coordinator.store.files import failure_reason
 
 log = structlog.get_logger("coordinator.actor")
 
 
 class LockingLaneActor(LaneActor[LockingStore]):
-    def __init__(
-        self,
-        lane: str,
-        settings: LaneSettings,
-        store: LockingStore,
-        executor: Executor,
-        clock: Clock,
-        metrics: LaneObserver = NULL_METRICS,
-        *,
-        kind: str = COORDINATOR_KIND,
-        txn_slots: asyncio.Semaphore | None = None,
-    ) -> None:
-        super().__init__(lane, settings, store, executor, clock, metrics, kind=kind)
-        self.txn_slots = txn_slots  # bounds the lane transactions one replica runs at once
-        self._expect_stale = False  # the next transaction reads the lane with its lock
+    txn_slots: asyncio.Semaphore | None = None  # bounds one replica's open transactions
+    _expect_stale = False  # the next transaction reads the lane with its lock
 
     # ---------------------------------------------------------------- LaneActor
 
@@ -97,12 +78,7 @@ class LockingLaneActor(LaneActor[LockingStore]):
         try:
             done = await self._run(self._locked, ops, self._expect_stale)
         except Exception as exc:
-            log.error(
-                "lane.commit_failed",
-                lane=self.lane,
-                error=type(exc).__name__,
-                reason=failure_reason(exc),
-            )
+            self._log_failure("lane.commit_failed", exc)
             self._expect_stale = True
             err = Unavailable("lane store unavailable; the change was not applied")
             self._settle([Pending(call.future, error=err) for call in batch])

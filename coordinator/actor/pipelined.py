@@ -27,7 +27,6 @@ from coordinator.engine.model import Effects
 from coordinator.engine.store import Group, PipelinedStore, Reads
 from coordinator.engine.transaction import LaneTransaction, Outcome
 from coordinator.protocol.errors import LaneError, Unavailable
-from coordinator.store.files import failure_reason
 
 log = structlog.get_logger("coordinator.actor")
 
@@ -201,12 +200,7 @@ class PipelinedLaneActor(LaneActor[PipelinedStore]):
                 self._release(fx, pending, time.perf_counter() - started)
                 self._kick()
                 return
-            log.error(
-                "lane.commit_failed",
-                lane=self.lane,
-                error=type(error).__name__,
-                reason=failure_reason(error),
-            )
+            self._log_failure("lane.commit_failed", error)
             self._broken = True
             err = Unavailable("lane store unavailable; the change was not applied")
             failed = [*pending, *self._pending]
@@ -242,12 +236,7 @@ class PipelinedLaneActor(LaneActor[PipelinedStore]):
         try:
             await self._reload()
         except Exception as exc:
-            log.error(
-                "lane.reload_failed",
-                lane=self.lane,
-                error=type(exc).__name__,
-                reason=failure_reason(exc),
-            )
+            self._log_failure("lane.reload_failed", exc)
             return False
         finally:
             self.parking.wake_all()

@@ -34,10 +34,9 @@ class ReplicaSync(Upkeep):
         r = self.lanes
         store = r.storage.make_store(lane)
         assert isinstance(store, LockingStore), "a shared store locks its lanes"
-        return LockingLaneActor(
-            lane, settings, store, r.executor, r.clock, r.metrics,
-            kind=r.kind, txn_slots=self._txn_slots,
-        )  # fmt: skip
+        actor = LockingLaneActor(lane, settings, store, r.executor, r.clock, r.metrics, kind=r.kind)
+        actor.txn_slots = self._txn_slots
+        return actor
 
     def start(self, stored: list[str]) -> None:
         listen = self.lanes.storage.listen(self.on_lane_notified, self.wake_all_parked)

@@ -23,8 +23,9 @@ turns an operation's declared `Needs` into those calls.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from coordinator.engine.model import Change, Incident, LaneSnapshot, Receipt, Ticket
@@ -107,6 +108,17 @@ class LaneStore(ABC):
     def incidents(self, limit: int) -> list[tuple[int, Incident]]: ...
 
 
+@dataclass(slots=True, frozen=True)
+class Writes:
+    """What a locking transaction commits: its changes, the lane's next deadline and latest
+    `now`, and whether other processes serving the lane should be told (a wake-up, a pause)."""
+
+    changes: Sequence[Change]
+    next_deadline: float | None
+    last_now: float
+    notify: bool = False
+
+
 class LockingStore(LaneStore):
     """A lane other processes write too: each transaction locks the lane first."""
 
@@ -122,21 +134,30 @@ class LockingStore(LaneStore):
         transaction see them)."""
 
     @abstractmethod
-    def commit(
-        self,
-        changes: Sequence[Change],
-        next_deadline: float | None,
-        last_now: float,
-        notify: bool = False,
-    ) -> int:
-        """Write `changes`, the lane's next deadline and last `now`, add 1 to its version
+    def commit(self, writes: Writes) -> int:
+        """Write the changes, the lane's next deadline and last `now`, add 1 to its version
         and COMMIT: everything applied since `begin_load` is durable, or (on an error) none
-        of it is. Returns the new version. `notify`: tell the other processes serving the
-        lane (replicas) that a parked await may need waking, once committed."""
+        of it is. Returns the new version. `writes.notify`: tell the other processes
+        serving the lane (replicas) that a parked await may need waking, once committed."""
 
     @abstractmethod
     def abort(self) -> None:
         """Roll the transaction back (nothing since `begin_load` is kept); no-op outside."""
+
+    @contextlib.contextmanager
+    def rolled_back_on_error(
+        self, driver_error: type[Exception] | tuple[type[Exception], ...], message: str
+    ) -> Iterator[None]:
+        """Inside the transaction: any failure rolls it back (and is raised); a driver's
+        error is raised as StoreError(message), never with the driver's own text."""
+        try:
+            yield
+        except driver_error as exc:
+            self.abort()
+            raise StoreError(message) from exc
+        except BaseException:
+            self.abort()
+            raise
 
     def begin(self) -> LaneHead:
         """`begin_load` without the lane's state."""
@@ -144,7 +165,7 @@ class LockingStore(LaneStore):
 
     def finish(self, next_deadline: float | None, last_now: float, notify: bool = False) -> int:
         """`commit` of what `apply` wrote."""
-        return self.commit((), next_deadline, last_now, notify)
+        return self.commit(Writes([], next_deadline, last_now, notify))
 
 
 @dataclass(slots=True, frozen=True)

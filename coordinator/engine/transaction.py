@@ -28,7 +28,15 @@ from typing import Any
 from coordinator.engine.lane import LaneCore
 from coordinator.engine.model import Change, Effects, LaneSettings, LaneSnapshot
 from coordinator.engine.operations import Operation
-from coordinator.engine.store import NO_NEEDS, LaneHead, LockingStore, Needs, Reads, lane_now
+from coordinator.engine.store import (
+    NO_NEEDS,
+    LaneHead,
+    LockingStore,
+    Needs,
+    Reads,
+    Writes,
+    lane_now,
+)
 from coordinator.protocol.errors import LaneError
 
 
@@ -90,17 +98,6 @@ class Outcome:
         if self.error is not None:
             raise self.error
         return self.reply
-
-
-@dataclass(slots=True, frozen=True)
-class Writes:
-    """What a transaction commits: its changes, the lane's next deadline and latest `now`,
-    and whether other processes serving the lane should be told (a wake-up, a pause)."""
-
-    changes: list[Change]
-    next_deadline: float | None
-    last_now: float
-    notify: bool
 
 
 @dataclass(slots=True)
@@ -224,9 +221,7 @@ def run_locked(
         writes = txn.writes()
         if writes is None:
             return LockedRun(outcomes, txn.fx, open=True, reloaded=reloaded)
-        memory.committed(
-            store.commit(writes.changes, writes.next_deadline, writes.last_now, writes.notify)
-        )
+        memory.committed(store.commit(writes))
     except BaseException:
         store.abort()
         memory.forget()

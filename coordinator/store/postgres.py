@@ -40,7 +40,7 @@ from coordinator.constants import (
     STORE_BUSY_TIMEOUT_MS,
 )
 from coordinator.engine.model import Change, IncidentKind, LaneSnapshot
-from coordinator.engine.store import LaneHead, LockingStore
+from coordinator.engine.store import LaneHead, LockingStore, Writes
 from coordinator.errors import StoreError
 from coordinator.store.postgres_db import (
     NOTIFY_CHANNEL,
@@ -206,7 +206,12 @@ class PostgresLaneStore(LaneReads, LockingStore):
         self._check_open()
         if self._txn is not None:
             raise StoreError(f"lane store for {self.lane}: a transaction is already open")
-        try:
+        with (
+            self.rolled_back_on_error(psycopg.Error, f"lane store for {self.lane} is unavailable"),
+            self.rolled_back_on_error(
+                psycopg.errors.LockNotAvailable, f"lane store for {self.lane} is busy"
+            ),
+        ):
             db, row, snap = self._begin_session(load)
             self._txn = db
             if row is None:  # a new lane: create its row (another writer may race us)
@@ -218,17 +223,7 @@ class PostgresLaneStore(LaneReads, LockingStore):
                 snap = None  # read before the row existed: the caller loads if it needs
             if row is None:
                 raise StoreError(f"lane store for {self.lane} has no lanes row")
-            head = LaneHead(int(row["version"]), row["last_now"], row["next_deadline"])
-            return head, snap
-        except psycopg.errors.LockNotAvailable as exc:
-            self.abort()
-            raise StoreError(f"lane store for {self.lane} is busy") from exc
-        except psycopg.Error as exc:
-            self.abort()
-            raise StoreError(f"lane store for {self.lane} is unavailable") from exc
-        except BaseException:
-            self.abort()
-            raise
+            return LaneHead(int(row["version"]), row["last_now"], row["next_deadline"]), snap
 
     def _begin_session(self, load: bool) -> tuple[Conn, DictRow | None, LaneSnapshot | None]:
         """A session with BEGIN sent and the lane's row locked (and read, with `load` the
@@ -270,13 +265,7 @@ class PostgresLaneStore(LaneReads, LockingStore):
         except psycopg.Error as exc:
             raise StoreError(f"cannot write to lane store for {self.lane}") from exc
 
-    def commit(
-        self,
-        changes: Sequence[Change],
-        next_deadline: float | None,
-        last_now: float,
-        notify: bool = False,
-    ) -> int:
+    def commit(self, writes: Writes) -> int:
         """One round trip: the changes, version + 1, the NOTIFY and COMMIT pipelined (with
         `notify`, every replica LISTENing hears the lane's name once the transaction commits:
         PostgreSQL sends notifications at COMMIT, never before). A lost lanes row fails the
@@ -285,23 +274,23 @@ class PostgresLaneStore(LaneReads, LockingStore):
         db = self._txn
         if db is None:
             raise StoreError(f"lane store for {self.lane}: commit outside a transaction")
-        try:
+        with (
+            self.rolled_back_on_error(
+                psycopg.Error, f"cannot commit to lane store for {self.lane}"
+            ),
+            self.rolled_back_on_error(
+                psycopg.errors.DivisionByZero, f"lane store for {self.lane} lost its lanes row"
+            ),
+        ):
             with db.pipeline():
-                write_changes(db, self.lane, changes)
-                bumped = db.execute(_BUMP_VERSION, (next_deadline, last_now, self.lane))
-                if notify:
+                write_changes(db, self.lane, writes.changes)
+                bumped = db.execute(
+                    _BUMP_VERSION, (writes.next_deadline, writes.last_now, self.lane)
+                )
+                if writes.notify:
                     db.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, self.lane))
                 db.execute("COMMIT")
             row = bumped.fetchone()
-        except psycopg.errors.DivisionByZero as exc:
-            self.abort()
-            raise StoreError(f"lane store for {self.lane} lost its lanes row") from exc
-        except psycopg.Error as exc:
-            self.abort()
-            raise StoreError(f"cannot commit to lane store for {self.lane}") from exc
-        except BaseException:
-            self.abort()
-            raise
         self._txn = None
         self._source.put(db)
         assert row is not None

@@ -39,7 +39,14 @@ from coordinator.engine.model import (
     PutReceipt,
     PutTicket,
 )
-from coordinator.engine.store import Group, LaneHead, LockingStore, PipelinedStore, StaleLane
+from coordinator.engine.store import (
+    Group,
+    LaneHead,
+    LockingStore,
+    PipelinedStore,
+    StaleLane,
+    Writes,
+)
 from coordinator.errors import StoreError
 from coordinator.store.reads import SQLITE_READS
 from coordinator.store.rows import (
@@ -146,31 +153,23 @@ class SqliteTransaction(PipelinedStore, LockingStore):
         except sqlite3.Error as exc:
             raise StoreError(f"cannot write to lane store for {self.lane}") from exc
 
-    def commit(
-        self,
-        changes: Sequence[Change],
-        next_deadline: float | None,
-        last_now: float,
-        notify: bool = False,
-    ) -> int:
+    def commit(self, writes: Writes) -> int:
         """The changes, the head, COMMIT (`notify` is for stores shared by replicas: one
         file has one server)."""
         db = self._conn
         version = self._txn_version  # read by `begin_load`, under the write lock
         if not db.in_transaction or version is None:
             raise StoreError(f"lane store for {self.lane}: commit outside a transaction")
-        try:
-            self.apply(changes)
-            if not self._raise_head(db, version, next_deadline, last_now):
+        with self.rolled_back_on_error(sqlite3.Error, self._cannot_commit):
+            self.apply(writes.changes)
+            if not self._raise_head(db, version, writes.next_deadline, writes.last_now):
                 raise StoreError(f"lane store for {self.lane}: its lane_head row moved")
             db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self.abort()
-            raise StoreError(f"cannot commit to lane store for {self.lane}") from exc
-        except BaseException:
-            self.abort()
-            raise
         return self._committed(version + 1)
+
+    @property
+    def _cannot_commit(self) -> str:
+        return f"cannot commit to lane store for {self.lane}"
 
     def abort(self) -> None:
         db = self._db
@@ -212,14 +211,8 @@ class SqliteTransaction(PipelinedStore, LockingStore):
     def commit_prepared(self, group: Group) -> int:
         """COMMIT what `prepare_group` wrote (on a store thread: the WAL's write and fsync);
         on any error nothing of it is kept."""
-        try:
+        with self.rolled_back_on_error(sqlite3.Error, self._cannot_commit):
             self._conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self.abort()
-            raise StoreError(f"cannot commit to lane store for {self.lane}") from exc
-        except BaseException:
-            self.abort()
-            raise
         return self._committed(group.version + 1)
 
     def _prepare(self, db: sqlite3.Connection, group: Group) -> None:

@@ -25,6 +25,7 @@ from coordinator.engine.model import (
     PutTicket,
     TicketState,
 )
+from coordinator.engine.store import Writes
 from coordinator.errors import StoreError
 from coordinator.store.pg_listen import listen_forever
 from coordinator.store.postgres import PostgresLaneStore, migrate
@@ -108,7 +109,7 @@ def test_a_commit_that_cannot_write_the_version_keeps_none_of_its_changes(dsn: s
         # COMMIT pipelined after the version's statement must roll all of it back
         store._txn.execute("DELETE FROM lanes WHERE lane = %s", (LANE,))
         with pytest.raises(StoreError, match="lost its lanes row"):
-            store.commit([PutCounters(5, 6)], None, T0, True)
+            store.commit(Writes([PutCounters(5, 6)], None, T0, True))
         snap = store.load()
         assert (snap.version, snap.last_fence, snap.next_seq) == (1, 1, 2)
         assert [t.ticket_id for t in snap.live] == ["t1"]
@@ -125,7 +126,7 @@ def test_a_failed_write_in_the_pipeline_rolls_the_whole_group_back(dsn: str) -> 
         bad = ticket("t8", 8, lane=LANE)
         bad.lease_seconds = -1.0  # the table's CHECK refuses it, in the middle of the pipeline
         with pytest.raises(StoreError):
-            store.commit([PutCounters(5, 6), PutTicket(bad)], None, T0, False)
+            store.commit(Writes([PutCounters(5, 6), PutTicket(bad)], None, T0, False))
         snap = store.load()
         assert (snap.version, snap.last_fence, snap.next_seq) == (1, 1, 2)
         assert write(store, [PutCounters(2, 3)]) == 2  # the session is usable again
@@ -153,7 +154,7 @@ async def test_the_listen_session_skips_what_its_own_replica_sent(dsn: str) -> N
 
     def notify(store: PostgresLaneStore) -> None:
         store.begin()
-        store.commit([], None, T0, True)
+        store.commit(Writes([], None, T0, True))
 
     try:
         await asyncio.to_thread(connected.wait, 10)
