@@ -5,13 +5,14 @@ cross-machine protocol (a synced or network state dir is refused).
 Layout and rules (docs/client.md, "Local queue"):
 - One SQLite file per lane in the state dir, named like the coordinator's data dir
   (`route+account.sqlite`), with the coordinator's schema and migrations.
-- Every operation is one lane transaction (coordinator/engine/store.py): `begin` (BEGIN
-  IMMEDIATE: serializes writers across processes) reads the lane's version; the lane's
-  `LaneCore` kept from this queue's previous call is reused when the version is unchanged,
-  else rebuilt from the file (`load`); `advance(now)` (reap expired leases and abandoned
-  waiters, end a due pause, promote — these effects are kept even when the operation itself
-  is refused), the engine operation, `apply`, `finish` (COMMIT, version + 1). An operation
-  that changed nothing ends its transaction without a new version.
+- Every operation is one lane transaction, the engine's `run_locked`
+  (coordinator/engine/transaction.py) on the lane file as a `LockingStore`: `begin_load`
+  (BEGIN IMMEDIATE: serializes writers across processes) reads the lane's version; the
+  lane's memory kept from this queue's previous call is reused when the version is
+  unchanged, else rebuilt from the file; the lane's clock (reap expired leases and abandoned
+  waiters, end a due pause, promote — kept even when the operation itself is refused), the
+  engine operation, the keep-alives due, `commit` (version + 1). An operation that changed
+  nothing ends its transaction without a new version.
 - `now` is the clock, never behind the latest `now` the lane ran at (`lane_now`).
 - Waiter keep-alives are written to the file (at most every KEEPALIVE_PERSIST_SECONDS per
   ticket), because other processes only see the file; a keep-alive not written is not kept

@@ -1,7 +1,7 @@
 """The coordinator's operations: validated commands in, protocol replies (Structs) out.
 
 HTTP handlers call these; each lane operation is an engine operation
-(coordinator/engine/operations.py) run as one job in that lane's actor; a lane with no file
+(coordinator/engine/operations.py, overview.py) run by that lane's actor; a lane with no file
 yet is answered from an empty core. Unenforced lanes (docs/protocol.md#unenforced) are answered here
 from coordinator/engine/unenforced.py without any actor or file.
 """
@@ -103,7 +103,7 @@ class LaneService:
     async def _perform(
         self, lane: str, op: Operation[R], parked: list[asyncio.Future[None]] | None = None
     ) -> R:
-        """An engine operation as one job in the lane's actor; a lane with no file yet is
+        """An engine operation run by the lane's actor; a lane with no file yet is
         answered from an empty core (a ticket call there is not-found) and nothing is made."""
         try:
             result: R = await self._submit(lane, op, parked)
@@ -232,7 +232,7 @@ class LaneService:
     async def overview(self, q: OverviewParams) -> wire.Overview:
         """Every lane in one bounded read: what the control room's periodic refresh needs.
 
-        One job per lane (run concurrently), each reading only bounded rows: the lane's
+        One operation per lane (run concurrently), each reading only bounded rows: the lane's
         status (at most `q.queued` queued tickets), its newest `q.history` render-log rows,
         its newest `q.receipts` receipts (no payload) plus the mismatched ones among the
         newest RECENT_RECEIPTS_LIMIT, and its newest `q.incidents` incidents. The render log

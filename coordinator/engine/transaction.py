@@ -15,7 +15,7 @@ and the client's local queue (client/local.py). I/O-free: the host does the stor
 
 `run_locked` is that loop on a `LockingStore`, synchronous: the local queue runs it in its
 own thread, the locking actor on a store thread. The pipelined actor makes the same calls on
-the event loop, one operation per job into a pending group, and commits groups in order
+the event loop, one operation per call into a pending group, and commits groups in order
 (`PipelinedStore`), the version checked at COMMIT instead of under a lock.
 """
 

@@ -1,15 +1,15 @@
 """PostgreSQL lane store: every lane in one database, `lane` in every key.
 
-Implements `coordinator.engine.store.LaneStore` exactly as `SqliteLaneStore` does, so that
-several replicas can serve the same lanes from one database:
+A `coordinator.engine.store.LockingStore`, so that several replicas can serve the same
+lanes from one database:
 
-- `begin` is `BEGIN` and `SELECT version, last_now FROM lanes WHERE lane = $1 FOR UPDATE`
+- `begin_load` is `BEGIN` and `SELECT version, last_now FROM lanes WHERE lane = $1 FOR UPDATE`
   (the lane's row is created first when missing, race-safe: `INSERT ... ON CONFLICT DO
   NOTHING`, then the locking SELECT). A second writer of the same lane, in this process or in
-  another replica, waits in its `begin` until the first one commits or rolls back, then reads
-  the bumped version (its cached core is stale: it calls `load`).
+  another replica, waits in its `begin_load` until the first one commits or rolls back, then
+  reads the bumped version (its cached core is stale: the lane is read under the lock).
 - `apply` writes each change (upserts, prunes by exact excess, counters, pause, project served)
-  in one pipelined round trip; `finish` writes version + 1, next_deadline and
+  in one pipelined round trip; `commit` writes them, version + 1, next_deadline and
   last_now = GREATEST(last_now, $now), then COMMITs (synchronous_commit=on, checked on connect).
 - Reads run inside or outside a transaction; `load` outside one is a REPEATABLE READ snapshot.
 
@@ -114,8 +114,8 @@ _LOAD_HEAD = (
 class PostgresLaneStore(LaneReads, LockingStore):
     """All SQL of one lane in the shared database. Calls are synchronous; the caller
     serializes them per store (several stores, in one process or in several replicas, may
-    serve the same lane: `begin` makes them take turns). A transaction holds one session from
-    `source` from `begin` to `finish`/`abort`; a read outside one borrows a session."""
+    serve the same lane: `begin_load` makes them take turns). A transaction holds one session
+    from `source` from `begin_load` to `commit`/`abort`; a read outside one borrows a session."""
 
     _reads = POSTGRES_READS
 
@@ -200,7 +200,7 @@ class PostgresLaneStore(LaneReads, LockingStore):
     # ---------------------------------------------------------------- the lane transaction
 
     def begin_load(self, *, load: bool) -> tuple[LaneHead, LaneSnapshot | None]:
-        """`begin`, in one round trip (BEGIN and the locking SELECT pipelined); with `load`
+        """BEGIN and the lock, in one round trip (pipelined); with `load`
         (the caller expects another writer moved the lane on), the lane's whole state is read
         in the same round trip, under the lock: the snapshot `load` would return next."""
         self._check_open()

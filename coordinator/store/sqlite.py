@@ -334,8 +334,8 @@ class SqliteLaneStore(LaneReads, SqliteTransaction):
         return int(row["v"] or 0)
 
     # ---------------------------------------------------------------- the lane transaction
-    # begin / apply / finish / abort and the actor's group commit: coordinator/store/
-    # sqlite_writes.py (SqliteTransaction).
+    # Both store modes (the locking transaction, the pipelined group commit):
+    # coordinator/store/sqlite_writes.py (SqliteTransaction).
 
     def _head(self) -> LaneHead:
         rows = self._read("SELECT version, last_now, next_deadline FROM lane_head WHERE id = 1")

@@ -5,8 +5,8 @@ lane registry uses (coordinator/actor/registry.py).
   the data dir, one server per data dir (a lock file); `shared` is False.
 - `PostgresStorage` (coordinator/store/postgres_storage.py): every lane in one database that
   any number of replicas serve; `shared` is True: another replica may move a lane on at any
-  time, so every commit group locks the lane first (the actor's shared mode), a NOTIFY wakes
-  other replicas' parked awaits and an alarm poller fires deadlines armed by any replica.
+  time, so every lane transaction locks the lane first (coordinator/actor/locking.py), a
+  NOTIFY wakes other replicas' parked awaits and an alarm poller fires deadlines armed by any replica.
 
 Every method may block (files, the network): the registry calls them on a store thread.
 """
