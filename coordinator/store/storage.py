@@ -6,7 +6,8 @@ lane registry uses (coordinator/actor/registry.py).
 - `PostgresStorage` (coordinator/store/postgres_storage.py): every lane in one database that
   any number of replicas serve; `shared` is True: another replica may move a lane on at any
   time, so every lane transaction locks the lane first (coordinator/actor/locking.py), a
-  NOTIFY wakes other replicas' parked awaits and an alarm poller fires deadlines armed by any replica.
+  NOTIFY wakes other replicas' parked awaits and an alarm poller fires deadlines armed by
+  any replica.
 
 Every method may block (files, the network): the registry calls them on a store thread.
 """
