@@ -1,1 +1,1 @@
-"""Unit tests of coordinator/actor: tests/unit/actor/test_<module>.py for each module."""
+"""Unit tests of coordinator/actor: one test module per module, named after it."""
