@@ -1,6 +1,7 @@
 """Lanes live under a descriptor budget: a quiet lane lets go of its file (its memory and
 alarm stay), the least recently used lanes let go first when more lanes than the budget are
-busy, and a restart listens at once and wakes the lanes whose deadline passed meanwhile."""
+busy, and a restart listens at once and wakes the lanes whose deadline passed meanwhile.
+(The budget's arithmetic is tests/unit/actor/test_descriptors.py.)"""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-from coordinator.actor.descriptors import MAX_OPEN_LANES, ConnectionLru, lane_budget
 from coordinator.actor.file_upkeep import FileUpkeep
 from coordinator.actor.registry import LaneRegistry
 from coordinator.constants import LANE_QUIET_SECONDS
@@ -49,18 +49,6 @@ async def settle(reg: FileUpkeep) -> None:
         if not reg.suspending:
             return
         await asyncio.sleep(0.01)
-
-
-def test_the_budget_leaves_room_for_connections() -> None:
-    assert lane_budget(256, 1000) == (256 - 64 - 128) // 3
-    assert lane_budget(512, 1000) == (512 - 64 - 256) // 3
-    assert lane_budget(65536, 1000) == MAX_OPEN_LANES  # memory caps it
-    assert lane_budget(64, 1000) == 4  # never below the minimum
-    lru = ConnectionLru(2)
-    assert lru.used("a") == [] and lru.used("b") == [] and lru.used("a") == []
-    assert lru.used("c") == ["b"]  # b was used least recently
-    lru.forget("a")
-    assert len(lru) == 1
 
 
 async def test_a_quiet_lane_holds_no_descriptor_and_reopens_on_its_next_call(

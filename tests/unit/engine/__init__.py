@@ -1,1 +1,1 @@
-"""Unit tests of coordinator/engine: tests/unit/engine/test_<module>.py for each module."""
+"""Unit tests of coordinator/engine: one test module per module, named after it."""

@@ -1,2 +1,2 @@
-"""Unit tests of coordinator/store: tests/unit/store/test_<module>.py for each module (real
+"""Unit tests of coordinator/store: one test module per module, named after it (real
 SQLite files in tmp_path, real PostgreSQL through the `pg_dsn` fixture)."""

@@ -1,4 +1,5 @@
-"""The lane actor's pipelined group commit, on a real SQLite file.
+"""PipelinedLaneActor (coordinator/actor/pipelined.py): its pipelined group commit, on a real
+SQLite file.
 
 A store whose commits can be held open or made to fail shows: replies leave only after
 their own group's COMMIT; jobs that arrive while a commit is in flight are executed into

@@ -1,0 +1,1 @@
+"""Unit tests of coordinator/actor: one test module per module, named after it."""
