@@ -1,5 +1,5 @@
 """`Closing`: a blocking object used as `with obj:` that closes itself on exit (the sync
-facade, the driver journal); `client.backend.Backend` is the async counterpart."""
+facade, the driver journal); `client.backend.BackendBase` is the async counterpart."""
 
 from __future__ import annotations
 

@@ -85,7 +85,7 @@ class LockingLaneActor(LaneActor[LockingStore]):
             self.parking.wake_all()
             return
         # Another replica writes this lane: read it with the next lock too.
-        self._expect_stale = done.reloaded
+        self._expect_stale = done.reloaded or wakes != self.parking.wakes
         self.last_used = self.memory.last_now or self.last_used
         held = [self._hold(c, o, wakes) for c, o in zip(batch, done.outcomes, strict=True)]
         self._release(done.fx, held, time.perf_counter() - started)

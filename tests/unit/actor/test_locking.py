@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -16,9 +16,9 @@ import pytest
 from coordinator.actor.locking import LockingLaneActor
 from coordinator.clock import ManualClock
 from coordinator.engine.commands import Acquire, Release, TicketCall
-from coordinator.engine.model import Change, LaneSnapshot
+from coordinator.engine.model import LaneSnapshot
 from coordinator.engine.operations import AcquireOp, AwaitOp, ReleaseOp, StatusOp
-from coordinator.engine.store import LaneHead
+from coordinator.engine.store import LaneHead, Writes
 from coordinator.errors import StoreError
 from coordinator.protocol.errors import Unavailable
 from coordinator.store.postgres import PostgresLaneStore
@@ -50,17 +50,11 @@ class GatedStore(PostgresLaneStore):
         assert self.begin_gate.wait(10)
         return out
 
-    def commit(
-        self,
-        changes: Sequence[Change],
-        next_deadline: float | None,
-        last_now: float,
-        notify: bool = False,
-    ) -> int:
+    def commit(self, writes: Writes) -> int:
         if self.fail_commit:
             self.fail_commit = False
             raise StoreError("disk on fire")
-        return super().commit(changes, next_deadline, last_now, notify)
+        return super().commit(writes)
 
     def abort(self) -> None:
         if self._txn is not None:
@@ -221,9 +215,9 @@ async def test_txn_slots_bound_the_transactions_an_actor_runs(pg_dsn: str) -> No
     executor = ThreadPoolExecutor(2)
     slots = asyncio.Semaphore(1)
     a = LockingLaneActor(
-        LANE, make_settings(), PostgresLaneStore(pg_dsn, LANE), executor, ManualClock(),
-        txn_slots=slots,
-    )  # fmt: skip
+        LANE, make_settings(), PostgresLaneStore(pg_dsn, LANE), executor, ManualClock()
+    )
+    a.txn_slots = slots
     await a.start()
     try:
         await slots.acquire()  # another lane's transaction holds the only slot

@@ -30,7 +30,7 @@ from coordinator.engine.operations import (
     Result,
     StatusOp,
 )
-from coordinator.engine.store import NO_NEEDS, LaneHead, LockingStore, Needs, Reads
+from coordinator.engine.store import NO_NEEDS, LaneHead, LockingStore, Needs, Reads, Writes
 from coordinator.engine.transaction import LaneMemory, LaneTransaction, Outcome, run_locked
 from coordinator.errors import StoreError
 from coordinator.protocol.errors import NotFound
@@ -75,20 +75,16 @@ class FakeLockingStore(LockingStore):
         self.log.append(f"apply({len(changes)})")
         self._write(changes)
 
-    def commit(
-        self,
-        changes: Sequence[Change],
-        next_deadline: float | None,
-        last_now: float,
-        notify: bool = False,
-    ) -> int:
+    def commit(self, writes: Writes) -> int:
         assert self.open_txn
         self.log.append("commit")
         if self.fail_commit:
             raise StoreError("disk on fire")
-        self._write(changes)
-        self.commits.append((list(changes), next_deadline, last_now, notify))
-        self.head = LaneHead(self.head.version + 1, last_now, next_deadline)
+        self._write(writes.changes)
+        self.commits.append(
+            (list(writes.changes), writes.next_deadline, writes.last_now, writes.notify)
+        )
+        self.head = LaneHead(self.head.version + 1, writes.last_now, writes.next_deadline)
         self.open_txn = False
         return self.head.version
 
