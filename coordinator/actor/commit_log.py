@@ -8,20 +8,36 @@ in one write (`coordinator.logs.batched`), and nothing is built below the `info`
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 import structlog
 
+from coordinator.clock import Clock
+from coordinator.engine.lane import LaneCore
 from coordinator.engine.model import Effects, PutIncident, PutPause, PutReceipt, PutTicket
 from coordinator.logs import batched, enabled
-
-if TYPE_CHECKING:
-    from coordinator.actor.base import LaneActor
+from coordinator.metrics import LaneObserver
 
 log = structlog.get_logger("coordinator.actor")
 
 
-def report_group(actor: LaneActor[Any], fx: Effects, operations: int, seconds: float) -> None:
+class Reporter(Protocol):
+    """What a report reads of the lane's actor."""
+
+    @property
+    def lane(self) -> str: ...
+
+    @property
+    def metrics(self) -> LaneObserver: ...
+
+    @property
+    def core(self) -> LaneCore | None: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+
+def report_group(actor: Reporter, fx: Effects, operations: int, seconds: float) -> None:
     """A group is durable: tell the metrics observer what was committed and how the lane
     stands now (a failure there is logged and never fails a reply), then log it."""
     try:

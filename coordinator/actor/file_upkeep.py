@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
@@ -19,14 +19,11 @@ from coordinator.actor.base import LaneActor
 from coordinator.actor.deadlines import LaneDeadlines
 from coordinator.actor.descriptors import ConnectionLru, lane_budget, open_file_limit
 from coordinator.actor.pipelined import PipelinedLaneActor
-from coordinator.actor.upkeep import Upkeep
+from coordinator.actor.upkeep import Lanes, Upkeep
 from coordinator.constants import LANE_QUIET_SECONDS
 from coordinator.engine.model import LaneSettings
 from coordinator.engine.store import PipelinedStore
 from coordinator.errors import StoreError
-
-if TYPE_CHECKING:
-    from coordinator.actor.registry import LaneRegistry
 
 log = structlog.get_logger("coordinator.registry")
 
@@ -36,7 +33,7 @@ WAKE_PARALLEL = 16  # due lanes (not open) woken at once, at most a quarter of t
 
 
 class FileUpkeep(Upkeep):
-    def __init__(self, lanes: LaneRegistry) -> None:
+    def __init__(self, lanes: Lanes) -> None:
         super().__init__(lanes)
         self.lru = ConnectionLru(lane_budget(open_file_limit(), lanes.config.max_connections))
         self.suspending: set[asyncio.Task[None]] = set()

@@ -7,23 +7,20 @@ of parked awaits in case a notification was lost."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from coordinator.actor.base import LaneActor
 from coordinator.actor.locking import LockingLaneActor
-from coordinator.actor.upkeep import Upkeep
+from coordinator.actor.upkeep import Lanes, Upkeep
 from coordinator.constants import ALARM_POLL_SECONDS, PARKED_RECHECK_SECONDS
 from coordinator.engine.model import LaneSettings
 from coordinator.engine.store import LockingStore
 from coordinator.errors import StoreError
 from coordinator.logs import RateLimitedLog
 
-if TYPE_CHECKING:
-    from coordinator.actor.registry import LaneRegistry
-
 
 class ReplicaSync(Upkeep):
-    def __init__(self, lanes: LaneRegistry) -> None:
+    def __init__(self, lanes: Lanes) -> None:
         super().__init__(lanes)
         slots = lanes.storage.max_transactions  # lane transactions one replica runs at once
         self._txn_slots = asyncio.Semaphore(slots) if slots is not None else None

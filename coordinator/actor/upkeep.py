@@ -8,17 +8,59 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Any, Protocol, TypeVar
 
 from coordinator.actor.base import LaneActor
+from coordinator.clock import Clock
+from coordinator.config import Config
 from coordinator.engine.model import LaneSettings
+from coordinator.metrics import LaneObserver
+from coordinator.store.storage import Storage
 
-if TYPE_CHECKING:
-    from coordinator.actor.registry import LaneRegistry
+T = TypeVar("T")
+
+
+class Lanes(Protocol):
+    """What an upkeep uses of the lane registry (coordinator/actor/registry.py)."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def storage(self) -> Storage: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def metrics(self) -> LaneObserver: ...
+
+    @property
+    def executor(self) -> Executor: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def closing(self) -> bool: ...
+
+    async def io(self, fn: Callable[..., T], *args: Any) -> T: ...
+
+    def open_actor(self, lane: str) -> LaneActor[Any] | None: ...
+
+    def open_actors(self) -> list[LaneActor[Any]]: ...
+
+    async def get(self, lane: str, *, create: bool) -> LaneActor[Any] | None: ...
+
+    async def wake(self, lane: str) -> None: ...
+
+    async def close(self, lane: str) -> None: ...
 
 
 class Upkeep(ABC):
-    def __init__(self, lanes: LaneRegistry) -> None:
+    def __init__(self, lanes: Lanes) -> None:
         self.lanes = lanes
         self.tasks: list[asyncio.Task[None]] = []
 
