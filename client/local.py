@@ -45,6 +45,7 @@ from client.errors import (
 from client.local_fs import check_state_dir
 from coordinator import constants as C
 from coordinator.engine.commands import Acquire, Cooldown, Heartbeat, Release, TicketCall
+from coordinator.engine.long_poll import long_poll
 from coordinator.engine.model import Change, LaneSettings, LaneSnapshot, PutTicket, TicketState
 from coordinator.engine.operations import (
     AcquireOp,
@@ -66,7 +67,6 @@ from coordinator.protocol.names import MACHINE_RE, lane_file_name, new_ticket_id
 from coordinator.protocol.receipts import check_receipt_id
 from coordinator.protocol.replies import (
     LaneReply,
-    Pause,
     ReceiptReply,
 )
 from coordinator.store.sqlite import SqliteLaneStore
@@ -275,17 +275,12 @@ class LocalQueue(BackendBase):
         b = _validate(S.AwaitBody, body)
         deadline = monotonic() + b.wait_seconds
         op = AwaitOp(_ticket_call(b))
-        reply = await self._run(lane, op)
-        first_pause = _pause_key(reply.pause)
-        while reply.ticket.state == "queued":
-            left = deadline - monotonic()
-            if left <= 0:
-                break
-            await asyncio.sleep(min(self.poll_interval, left))
-            reply = await self._run(lane, op)
-            if _pause_key(reply.pause) != first_pause:
-                break
-        return reply
+
+        async def wait() -> bool:
+            await asyncio.sleep(min(self.poll_interval, max(0.0, deadline - monotonic())))
+            return True
+
+        return await long_poll(lambda: self._run(lane, op), wait, lambda: monotonic() >= deadline)
 
     async def _receipt(self, lane: str, body: dict[str, Any]) -> ReceiptReply:
         """The local queue keeps no receipts: validated like the coordinator, never stored."""
@@ -329,7 +324,3 @@ _OPERATIONS: dict[str, tuple[type[Any], Callable[[Any], Operation[Any]]]] = {
     "status": (S.StatusBody, lambda b: StatusOp(P.STATUS_QUEUED_LIMIT)),
     "history": (S.HistoryBody, lambda b: HistoryOp(b.limit, b.project)),
 }
-
-
-def _pause_key(p: Pause | None) -> tuple[float, float] | None:
-    return None if p is None else (p.started_at, p.until)

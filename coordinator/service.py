@@ -24,6 +24,7 @@ from coordinator.engine.commands import (
     TicketCall,
 )
 from coordinator.engine.lane import LaneCore
+from coordinator.engine.long_poll import long_poll
 from coordinator.engine.model import LaneSettings, LaneSnapshot
 from coordinator.engine.operations import (
     AcquireOp,
@@ -128,28 +129,30 @@ class LaneService:
         deadline = self.clock.now() + wait_seconds
         op = AwaitOp(call)
         parked: list[asyncio.Future[None]] = []
-        reply = await self._perform(lane, op, parked)
-        pause = reply.pause
-        # A wake-up is a reason to look again, not to answer: on replicas every parked await
-        # of a lane is woken by another replica's change to it (or the re-check timer). Answer
-        # only when the ticket is no longer queued, the pause changed, or the time is up.
-        while parked and not parked[0].done():
-            fut = parked[0]
+
+        async def look() -> wire.LaneReply:
+            for f in parked:
+                f.cancel()
+            parked.clear()
+            return await self._perform(lane, op, parked)
+
+        async def wait() -> bool:
+            # A wake-up is a reason to look again, not to answer: on replicas every parked
+            # await of a lane is woken by another replica's change to it (or the re-check).
+            if not parked or parked[0].done():
+                return False
             timer = asyncio.ensure_future(self.clock.sleep_until(deadline))
             try:
-                await asyncio.wait({fut, timer}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({parked[0], timer}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 timer.cancel()
-                fut.cancel()
-            if self.clock.now() >= deadline:
-                return await self._perform(lane, op)
-            parked = []
-            reply = await self._perform(lane, op, parked)
-            if reply.pause != pause:
-                break
-        for f in parked:
-            f.cancel()
-        return reply
+            return True
+
+        try:
+            return await long_poll(look, wait, lambda: self.clock.now() >= deadline)
+        finally:
+            for f in parked:
+                f.cancel()
 
     async def heartbeat(self, lane: str, cmd: Heartbeat) -> wire.HeartbeatReply:
         if not self.enforced(lane):

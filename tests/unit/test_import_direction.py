@@ -57,6 +57,7 @@ ENGINE_MODULES = (
     "coordinator.engine.lane",
     "coordinator.engine.lane_queue",
     "coordinator.engine.lane_views",
+    "coordinator.engine.long_poll",
     "coordinator.engine.model",
     "coordinator.engine.operations",
     "coordinator.engine.overview",
