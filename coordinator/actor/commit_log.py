@@ -24,17 +24,12 @@ log = structlog.get_logger("coordinator.actor")
 class Reporter(Protocol):
     """What a report reads of the lane's actor."""
 
-    @property
-    def lane(self) -> str: ...
-
-    @property
-    def metrics(self) -> LaneObserver: ...
+    lane: str
+    metrics: LaneObserver
+    clock: Clock
 
     @property
     def core(self) -> LaneCore | None: ...
-
-    @property
-    def clock(self) -> Clock: ...
 
 
 def report_group(actor: Reporter, fx: Effects, operations: int, seconds: float) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import structlog
@@ -47,7 +47,7 @@ class LaneRegistry:
         # A shared store's transaction may wait for another replica's lock on a store
         # thread: one thread per transaction it may run at once, and two for the rest.
         threads = max(STORE_THREADS, (storage.max_transactions or 0) + 2)  # + probes, polls
-        self.executor = ThreadPoolExecutor(threads, thread_name_prefix="lane-store")
+        self.executor: Executor = ThreadPoolExecutor(threads, thread_name_prefix="lane-store")
         self._actors: dict[str, LaneActor[Any]] = {}
         self._opening: dict[str, asyncio.Task[LaneActor[Any]]] = {}
         self._janitor: asyncio.Task[None] | None = None

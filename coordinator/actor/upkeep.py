@@ -25,26 +25,13 @@ T = TypeVar("T")
 class Lanes(Protocol):
     """What an upkeep uses of the lane registry (coordinator/actor/registry.py)."""
 
-    @property
-    def config(self) -> Config: ...
-
-    @property
-    def storage(self) -> Storage: ...
-
-    @property
-    def clock(self) -> Clock: ...
-
-    @property
-    def metrics(self) -> LaneObserver: ...
-
-    @property
-    def executor(self) -> Executor: ...
-
-    @property
-    def kind(self) -> str: ...
-
-    @property
-    def closing(self) -> bool: ...
+    config: Config
+    storage: Storage
+    clock: Clock
+    metrics: LaneObserver
+    executor: Executor
+    kind: str
+    closing: bool
 
     async def io(self, fn: Callable[..., T], *args: Any) -> T: ...
 
