@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tests.harness.config import REPO
+from tests.harness.subproc import interruptible
 
 PYTEST_INI = """\
 [pytest]
@@ -53,7 +54,7 @@ class InnerRun:
         cmd += ["-q", "-s", *args]
         with self.output_file.open("wb") as out:
             self.proc = subprocess.Popen(
-                cmd,
+                interruptible(cmd),
                 cwd=directory,
                 env=full_env,
                 stdin=subprocess.DEVNULL,

@@ -70,13 +70,27 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     )
 
 
+# A process started from a shell's background job inherits SIGINT ignored (and an ignored
+# signal stays ignored across exec, in Python and in bash alike): a test that sends SIGINT,
+# as Ctrl-C does, starts its process through this, with SIGINT back to its default.
+_SIGINT_DEFAULT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execvp(sys.argv[1], sys.argv[1:])"
+)
+
+
+def interruptible(args: list[str]) -> list[str]:
+    """`args` run with SIGINT at its default action, whatever this process inherited."""
+    return [sys.executable, "-c", _SIGINT_DEFAULT, *args]
+
+
 class LineProcess:
     """A subprocess whose merged stdout/stderr is collected line by line in a thread."""
 
     def __init__(self, args: list[str], env: dict[str, str], cwd: Path = REPO) -> None:
         self.args = args
         self.proc = subprocess.Popen(
-            args,
+            interruptible(args),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
