@@ -34,6 +34,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow
 
+from coordinator import failpoints
 from coordinator.constants import (
     ETA_HOLD_SAMPLE_SIZE,
     EVIDENCE_RECENT_SECONDS,
@@ -223,6 +224,8 @@ class PostgresLaneStore(LaneReads, LockingStore):
                 snap = None  # read before the row existed: the caller loads if it needs
             if row is None:
                 raise StoreError(f"lane store for {self.lane} has no lanes row")
+            if failpoints.ENABLED:  # tests only: freeze here, the lane's row locked
+                failpoints.hit("pg.lane_locked", lane=self.lane)
             return LaneHead(int(row["version"]), row["last_now"], row["next_deadline"]), snap
 
     def _begin_session(self, load: bool) -> tuple[Conn, DictRow | None, LaneSnapshot | None]:
