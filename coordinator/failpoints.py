@@ -125,7 +125,10 @@ class Failpoints:
                 point.remaining -= 1
         log.warning("failpoint.hit", point=name, action=point.action, **ctx)
         if point.action == "stop":
-            os.kill(os.getpid(), signal.SIGSTOP)  # returns once someone sends SIGCONT
+            # Sent to this very thread: it stops before its next instruction, then every
+            # other thread (a stop sent to the process could let this thread run on for a
+            # while, until another thread took the signal). Returns once SIGCONT came.
+            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
         elif point.action == "sleep":
             time.sleep(point.arg)
         return point.action

@@ -35,11 +35,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow
 
 from coordinator import failpoints
-from coordinator.constants import (
-    ETA_HOLD_SAMPLE_SIZE,
-    EVIDENCE_RECENT_SECONDS,
-    STORE_BUSY_TIMEOUT_MS,
-)
+from coordinator.constants import ETA_HOLD_SAMPLE_SIZE, EVIDENCE_RECENT_SECONDS
 from coordinator.engine.model import Change, IncidentKind, LaneSnapshot
 from coordinator.engine.store import LaneHead, LockingStore, Writes
 from coordinator.errors import StoreError
@@ -125,7 +121,7 @@ class PostgresLaneStore(LaneReads, LockingStore):
         dsn: str,
         lane: str,
         *,
-        lock_timeout_ms: int = STORE_BUSY_TIMEOUT_MS,
+        lock_timeout_ms: int | None = None,
         source: ConnectionSource | None = None,
     ) -> None:
         self._dsn = dsn
