@@ -96,7 +96,8 @@ drill-netns: setup
 ## make faults (root, Linux): the fault campaign under load, judged by the recorded-history
 ## checker, full length (a few minutes): kill -9 of the server, SIGSTOP of the server and of a
 ## holder, the data dir on a full tmpfs, ulimit -n 128, idle and slowloris connections, corrupt
-## lane files, hostile input, PostgreSQL replica kill -9 and database restarts; it ends with
+## lane files, hostile input, PostgreSQL replica kill -9, a replica frozen mid-transaction and
+## database restarts; it ends with
 ## one markdown row per fault. `make test` runs the same tests shortened (FAULTS_FULL unset).
 faults: setup
 	@sh scripts/ensure-postgres.sh >/dev/null

@@ -133,7 +133,7 @@ def check(args: argparse.Namespace) -> int:
     config, tokens = _load(args)
     url = resolve_store(args.store, config)
     if url is not None:
-        storage = PostgresStorage(url)
+        storage = PostgresStorage(url, stall_seconds=config.replica_stall_seconds)
         try:
             storage.start()  # reachable, migrated, not edited, not newer
             version = migrations()[-1][0]

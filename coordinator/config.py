@@ -56,6 +56,9 @@ class Config:
     # "sqlite" (None: the default, lane files under --data-dir) or a postgresql:// URL;
     # --store and LANE_COORDINATOR_STORE take precedence (docs/operator.md)
     store: str | None = None
+    # PostgreSQL replicas: a replica that stops responding inside a lane transaction blocks
+    # the lane on the others for at most this long (docs/protocol.md#replica-stall)
+    replica_stall_seconds: float = C.DEFAULT_REPLICA_STALL_SECONDS
     routes: dict[str, int] = field(default_factory=dict)  # route -> capacity
     lanes: dict[str, int] = field(default_factory=dict)  # lane -> capacity override
 
@@ -143,6 +146,7 @@ KNOWN_KEYS = {
     "keepalive_timeout_seconds",
     "max_lanes",
     "metrics_max_lanes",
+    "replica_stall_seconds",
     "routes",
     "lanes",
 }
@@ -198,6 +202,15 @@ def parse_config(raw: dict[str, Any]) -> Config:
             1,
             MAX_METRICS_MAX_LANES,
             integer=True,
+        ),
+        replica_stall_seconds=float(
+            _number(
+                raw,
+                "replica_stall_seconds",
+                C.DEFAULT_REPLICA_STALL_SECONDS,
+                C.MIN_REPLICA_STALL_SECONDS,
+                C.MAX_REPLICA_STALL_SECONDS,
+            )
         ),
     )
     store = raw.get("store")

@@ -52,6 +52,15 @@ DEFAULT_PORT: Final = 8787
 
 # PostgreSQL replicas (coordinator/store/postgres_storage.py, coordinator/actor/registry.py)
 PG_MAX_TRANSACTIONS: Final = 8  # lane transactions (and sessions) one replica runs at once
+# `replica_stall_seconds` (docs/protocol.md#replica-stall): a replica that stops responding
+# inside a lane transaction blocks the lane on the others for at most this many seconds
+# (the database ends its session); every session's timeouts derive from it (postgres_db.py).
+DEFAULT_REPLICA_STALL_SECONDS: Final = 5.0
+MIN_REPLICA_STALL_SECONDS: Final = 1.0
+MAX_REPLICA_STALL_SECONDS: Final = 30.0
+# A healthy replica's wait for a lane's lock outlasts the stall by this much, so it never
+# gives up on a lane the database is about to free (lock_timeout = stall + this).
+LOCK_WAIT_MARGIN_SECONDS: Final = 1.0
 ALARM_POLL_SECONDS: Final = 1.0  # every replica looks for lanes whose deadline has come
 ALARM_POLL_BATCH: Final = 1000  # lanes woken per poll at most (the rest on the next poll)
 LISTEN_HEALTH_SECONDS: Final = 5.0  # the LISTEN session is checked when quiet this long

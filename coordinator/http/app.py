@@ -213,7 +213,8 @@ def create_app(
     """The coordinator's app on the store `store` names (None: the config's `store`, else
     SQLite lane files under `data_dir`)."""
     clock = clock or SystemClock()
-    storage = open_storage(store or config.store, data_dir)
+    stall = config.replica_stall_seconds
+    storage = open_storage(store or config.store, data_dir, stall_seconds=stall)
     app = web.Application(
         middlewares=[app_middleware],
         client_max_size=config.max_body_bytes,
@@ -235,7 +236,8 @@ def create_app(
     app[SERVICE_KEY] = LaneService(registry, clock)
     # Presence lives beside the lanes: a small file in the data dir (never a lane file), or
     # the `presence` table of the PostgreSQL database (coordinator/store/presence*.py).
-    app[PRESENCE_KEY] = Presence(presence_store_for(store or config.store, data_dir), None)
+    presence = presence_store_for(store or config.store, data_dir, stall_seconds=stall)
+    app[PRESENCE_KEY] = Presence(presence, None)
     app[UNAUTHORIZED_LOG_KEY] = RateLimitedLog("http.unauthorized")
 
     for name, handler in (

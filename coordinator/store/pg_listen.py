@@ -20,7 +20,13 @@ from psycopg import sql
 
 from coordinator.constants import LISTEN_HEALTH_SECONDS, LISTEN_RETRY_SECONDS
 from coordinator.logs import RateLimitedLog
-from coordinator.store.postgres_db import CONNECT_TIMEOUT_SECONDS, NOTIFY_CHANNEL
+from coordinator.store.postgres_db import (
+    CONNECT_TIMEOUT_SECONDS,
+    DEFAULT_STALL,
+    NOTIFY_CHANNEL,
+    TCP_REFUSED,
+    StallBudget,
+)
 
 log = structlog.get_logger("coordinator.listen")
 
@@ -33,20 +39,26 @@ async def listen_forever(
     health_seconds: float = LISTEN_HEALTH_SECONDS,
     retry_seconds: float = LISTEN_RETRY_SECONDS,
     ours: Callable[[int], bool] = lambda pid: False,
+    stall: StallBudget = DEFAULT_STALL,
 ) -> None:
     """Runs until cancelled. A notification `ours` says this replica sent (the server
     process that sent it is one of its own sessions) is skipped: the commit that sent it
-    already woke this replica's awaits."""
+    already woke this replica's awaits. The session gets the timeouts and TCP keepalives of
+    `stall`, like every other session of the replica (a cut-off one dies, and is opened
+    again)."""
     lost = RateLimitedLog("listen.lost")
     while True:
         conn: psycopg.AsyncConnection[tuple[object, ...]] | None = None
         try:
             conn = await psycopg.AsyncConnection.connect(
-                dsn,
+                stall.conninfo(dsn),
                 autocommit=True,
                 connect_timeout=CONNECT_TIMEOUT_SECONDS,
                 application_name="lane-coordinator-listen",
             )
+            await conn.execute(stall.timeouts_sql(conn.info.server_version))
+            with contextlib.suppress(*TCP_REFUSED):
+                await conn.execute(stall.tcp_sql())
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
             log.info("listen.connected")
             on_connected()

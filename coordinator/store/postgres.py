@@ -34,11 +34,8 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow
 
-from coordinator.constants import (
-    ETA_HOLD_SAMPLE_SIZE,
-    EVIDENCE_RECENT_SECONDS,
-    STORE_BUSY_TIMEOUT_MS,
-)
+from coordinator import failpoints
+from coordinator.constants import ETA_HOLD_SAMPLE_SIZE, EVIDENCE_RECENT_SECONDS
 from coordinator.engine.model import Change, IncidentKind, LaneSnapshot
 from coordinator.engine.store import LaneHead, LockingStore, Writes
 from coordinator.errors import StoreError
@@ -124,7 +121,7 @@ class PostgresLaneStore(LaneReads, LockingStore):
         dsn: str,
         lane: str,
         *,
-        lock_timeout_ms: int = STORE_BUSY_TIMEOUT_MS,
+        lock_timeout_ms: int | None = None,
         source: ConnectionSource | None = None,
     ) -> None:
         self._dsn = dsn
@@ -223,6 +220,8 @@ class PostgresLaneStore(LaneReads, LockingStore):
                 snap = None  # read before the row existed: the caller loads if it needs
             if row is None:
                 raise StoreError(f"lane store for {self.lane} has no lanes row")
+            if failpoints.ENABLED:  # tests only: freeze here, the lane's row locked
+                failpoints.hit("pg.lane_locked", lane=self.lane)
             return LaneHead(int(row["version"]), row["last_now"], row["next_deadline"]), snap
 
     def _begin_session(self, load: bool) -> tuple[Conn, DictRow | None, LaneSnapshot | None]:

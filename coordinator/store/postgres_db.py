@@ -6,6 +6,8 @@ password (`redact_dsn`)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import math
 import threading
 from typing import Protocol
 
@@ -14,7 +16,7 @@ from psycopg import sql
 from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
 
-from coordinator.constants import STORE_BUSY_TIMEOUT_MS
+from coordinator.constants import DEFAULT_REPLICA_STALL_SECONDS, LOCK_WAIT_MARGIN_SECONDS
 from coordinator.errors import StoreError
 from coordinator.store.migrate import edited, sha256, shipped
 
@@ -41,31 +43,144 @@ def redact_dsn(dsn: str) -> str:
     return psycopg.conninfo.make_conninfo("", **params)
 
 
+APPLICATION_NAME = "lane-coordinator"  # every session but the LISTEN one
+# server_version_num of the first PostgreSQL with `transaction_timeout` (17)
+TRANSACTION_TIMEOUT_SINCE = 170000
+KEEPALIVE_PROBES = 3  # TCP keepalive probes unanswered before a peer is taken for gone
+# A server that cannot set a TCP option (a platform without it) refuses the SET: the session
+# goes on without it (the transaction timeouts still bound a stall).
+TCP_REFUSED = (
+    psycopg.errors.InvalidParameterValue,
+    psycopg.errors.FeatureNotSupported,
+    psycopg.errors.CantChangeRuntimeParam,
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StallBudget:
+    """Every coordinator session's timeouts, derived from `replica_stall_seconds` (a
+    replica that stops responding inside a lane transaction blocks the lane on the others for
+    at most that long: docs/protocol.md#replica-stall; the choices: docs/decisions.md, "A
+    frozen replica never freezes a lane").
+
+    - idle_in_transaction_session_timeout = the stall: the database ends the session of a
+      replica that sits in a transaction without sending anything (frozen, cut off, wedged)
+      and releases its lane lock; its late COMMIT then fails.
+    - lock_timeout = the stall + LOCK_WAIT_MARGIN_SECONDS: a healthy replica waiting for a
+      lane's lock is never refused before the database has freed it from a frozen holder,
+      and its wait is bounded whatever holds the lock.
+    - transaction_timeout (PostgreSQL 17 and later) = lock_timeout + the stall: the backstop
+      for a transaction that is not idle, longer than any healthy one (its lock wait, then
+      milliseconds of work).
+    - TCP keepalives (idle = the stall, KEEPALIVE_PROBES probes in about the stall again) and
+      tcp_user_timeout = the stall, on both ends: a session whose peer vanished (cut off, a
+      half-open connection) dies on the server and in the replica instead of waiting for
+      ever. `lock_timeout_ms` overrides the derived lock timeout (tests)."""
+
+    seconds: float = DEFAULT_REPLICA_STALL_SECONDS
+    lock_timeout_ms: int | None = None
+
+    @property
+    def stall_ms(self) -> int:
+        return round(self.seconds * 1000)
+
+    @property
+    def lock_ms(self) -> int:
+        if self.lock_timeout_ms is not None:
+            return int(self.lock_timeout_ms)
+        return round((self.seconds + LOCK_WAIT_MARGIN_SECONDS) * 1000)
+
+    @property
+    def transaction_ms(self) -> int:
+        return self.lock_ms + self.stall_ms
+
+    @property
+    def keepalive_idle(self) -> int:
+        return max(1, math.ceil(self.seconds))
+
+    @property
+    def keepalive_interval(self) -> int:
+        return max(1, math.ceil(self.seconds / KEEPALIVE_PROBES))
+
+    def conninfo(self, dsn: str) -> str:
+        """`dsn` with libpq's keepalive and tcp_user_timeout parameters (the replica's end)
+        added, except those the DSN sets itself. Raises psycopg.Error for a DSN libpq cannot
+        read."""
+        given = psycopg.conninfo.conninfo_to_dict(dsn)
+        params = {
+            "keepalives": 1,
+            "keepalives_idle": self.keepalive_idle,
+            "keepalives_interval": self.keepalive_interval,
+            "keepalives_count": KEEPALIVE_PROBES,
+            "tcp_user_timeout": self.stall_ms,
+        }
+        return psycopg.conninfo.make_conninfo(
+            dsn, **{k: v for k, v in params.items() if k not in given}
+        )
+
+    def timeouts_sql(self, server_version: int) -> sql.Composed:
+        """The session's transaction timeouts (one round trip); transaction_timeout only
+        where the server has it (`server_version`: server_version_num)."""
+        settings = [
+            ("synchronous_commit", "on"),
+            ("lock_timeout", f"{self.lock_ms}ms"),
+            ("idle_in_transaction_session_timeout", f"{self.stall_ms}ms"),
+        ]
+        if server_version >= TRANSACTION_TIMEOUT_SINCE:
+            settings.append(("transaction_timeout", f"{self.transaction_ms}ms"))
+        return _sets(settings)
+
+    def tcp_sql(self) -> sql.Composed:
+        """The server's end of the TCP keepalives and tcp_user_timeout (ignored by the server
+        on a Unix socket)."""
+        return _sets(
+            [
+                ("tcp_keepalives_idle", str(self.keepalive_idle)),
+                ("tcp_keepalives_interval", str(self.keepalive_interval)),
+                ("tcp_keepalives_count", str(KEEPALIVE_PROBES)),
+                ("tcp_user_timeout", f"{self.stall_ms}ms"),
+            ]
+        )
+
+
+DEFAULT_STALL = StallBudget()
+
+
+def _sets(settings: list[tuple[str, str]]) -> sql.Composed:
+    return sql.SQL("; ").join(
+        sql.SQL("SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
+        for name, value in settings
+    )
+
+
 def connect(
     dsn: str,
     *,
-    lock_timeout_ms: int = STORE_BUSY_TIMEOUT_MS,
+    stall: StallBudget = DEFAULT_STALL,
+    lock_timeout_ms: int | None = None,
     connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
 ) -> Conn:
     """A connection in autocommit mode (the store issues BEGIN itself), its session set for
     the store: synchronous_commit=on (checked: a commit is durable when COMMIT returns) and
-    lock_timeout (a `begin` waiting longer for another writer's lane lock fails as busy).
+    the timeouts and TCP keepalives of `stall` (`StallBudget`; `lock_timeout_ms` overrides
+    its lock timeout: a `begin` waiting longer for another writer's lane lock fails as busy).
     Raises StoreError (the DSN's password never appears in it)."""
+    if lock_timeout_ms is not None:
+        stall = dataclasses.replace(stall, lock_timeout_ms=lock_timeout_ms)
     try:
         conn = psycopg.connect(
-            dsn,
+            stall.conninfo(dsn),
             autocommit=True,
             row_factory=dict_row,
             connect_timeout=max(1, round(connect_timeout)),
-            application_name="lane-coordinator",
+            application_name=APPLICATION_NAME,
         )
     except psycopg.Error as exc:
         raise StoreError(f"cannot connect to PostgreSQL at {redact_dsn(dsn)}") from exc
     try:
-        conn.execute("SET synchronous_commit = on")
-        conn.execute(
-            sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{int(lock_timeout_ms)}ms"))
-        )
+        conn.execute(stall.timeouts_sql(conn.info.server_version))
+        with contextlib.suppress(*TCP_REFUSED):
+            conn.execute(stall.tcp_sql())
         row = conn.execute("SHOW synchronous_commit").fetchone()
         if row is None or row["synchronous_commit"] != "on":
             raise StoreError("PostgreSQL session refused synchronous_commit=on")
@@ -98,9 +213,17 @@ class ConnectionPool:
     bound how many are open at once: the caller does (the lane registry lets at most
     `max_idle` lane transactions run at a time), so a `get` never waits for a `put`."""
 
-    def __init__(self, dsn: str, max_idle: int, *, lock_timeout_ms: int) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        max_idle: int,
+        *,
+        stall: StallBudget = DEFAULT_STALL,
+        lock_timeout_ms: int | None = None,
+    ) -> None:
         self._dsn = dsn
         self._max_idle = max_idle
+        self._stall = stall
         self._lock_timeout_ms = lock_timeout_ms
         self._idle: list[Conn] = []
         self._mutex = threading.Lock()
@@ -121,7 +244,7 @@ class ConnectionPool:
                     raise StoreError("the PostgreSQL connection pool is closed")
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
-                conn = connect(self._dsn, lock_timeout_ms=self._lock_timeout_ms)
+                conn = connect(self._dsn, stall=self._stall, lock_timeout_ms=self._lock_timeout_ms)
                 with self._mutex:
                     self._backends[conn.info.backend_pid] = conn
                 return conn
@@ -163,8 +286,11 @@ class SingleConnection:
     """One session kept for one store (tests, `import`): opened on first use, reopened after
     it was lost."""
 
-    def __init__(self, dsn: str, *, lock_timeout_ms: int = STORE_BUSY_TIMEOUT_MS) -> None:
+    def __init__(
+        self, dsn: str, *, stall: StallBudget = DEFAULT_STALL, lock_timeout_ms: int | None = None
+    ) -> None:
         self._dsn = dsn
+        self._stall = stall
         self._lock_timeout_ms = lock_timeout_ms
         self._conn: Conn | None = None
 
@@ -174,7 +300,7 @@ class SingleConnection:
             return conn
         if conn is not None:
             _close_quietly(conn)
-        return connect(self._dsn, lock_timeout_ms=self._lock_timeout_ms)
+        return connect(self._dsn, stall=self._stall, lock_timeout_ms=self._lock_timeout_ms)
 
     def put(self, conn: Conn, *, broken: bool = False) -> None:
         if broken or not _usable(conn) or self._conn is not None:
@@ -302,3 +428,27 @@ def has_lane(conn: Conn, lane: str) -> bool:
 def known_lanes(conn: Conn) -> list[str]:
     """Every lane the database holds (one that finished at least one transaction), sorted."""
     return [r["lane"] for r in conn.execute("SELECT lane FROM lanes ORDER BY lane").fetchall()]
+
+
+# A coordinator session (of any replica) stuck inside a transaction for longer than the
+# stall: idle in it, or in the middle of a pipeline (active, waiting for the client's next
+# message). PostgreSQL's own idle_in_transaction_session_timeout misses two such cases: a
+# pipeline whose client sent a Flush after its Sync (psycopg does, when the results were not
+# all read yet: reading the Flush disarms the timer and nothing arms it again), and a client
+# frozen between a pipeline's statements. The alarm poller of every replica ends them.
+_END_STALLED = (
+    "SELECT pid, pg_terminate_backend(pid) AS ended FROM pg_stat_activity "
+    "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+    "AND application_name = %s AND xact_start IS NOT NULL "
+    "AND (state LIKE 'idle in transaction%%' OR (state = 'active' AND wait_event = 'ClientRead')) "
+    "AND state_change < now() - make_interval(secs => %s)"
+)
+
+
+def end_stalled_sessions(conn: Conn, stall_seconds: float) -> list[int]:
+    """End every coordinator session stuck in a transaction for longer than `stall_seconds`
+    (the database then releases its lane locks); returns their server process ids. A role
+    that may not end another replica's sessions (replicas under different roles, without
+    pg_signal_backend) raises psycopg.Error."""
+    rows = conn.execute(_END_STALLED, (APPLICATION_NAME, stall_seconds)).fetchall()
+    return [int(r["pid"]) for r in rows if r["ended"]]

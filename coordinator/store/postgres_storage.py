@@ -14,12 +14,13 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import psycopg
+import structlog
 
 from coordinator.constants import (
     ALARM_POLL_BATCH,
+    DEFAULT_REPLICA_STALL_SECONDS,
     PG_MAX_TRANSACTIONS,
     READY_PROBE_TIMEOUT_SECONDS,
-    STORE_BUSY_TIMEOUT_MS,
 )
 from coordinator.engine.store import LaneStore
 from coordinator.errors import StoreError
@@ -30,6 +31,7 @@ from coordinator.store.pg_listen import listen_forever
 from coordinator.store.postgres import PostgresLaneStore
 
 T = TypeVar("T")
+log = structlog.get_logger("coordinator.store")
 
 
 class PostgresStorage:
@@ -37,14 +39,16 @@ class PostgresStorage:
     shared = True
     max_transactions: int | None = PG_MAX_TRANSACTIONS
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, *, stall_seconds: float = DEFAULT_REPLICA_STALL_SECONDS) -> None:
+        """`stall_seconds`: the config's `replica_stall_seconds`; every session's timeouts
+        and keepalives derive from it (`postgres_db.StallBudget`)."""
         self.dsn = dsn
-        self.pool = db.ConnectionPool(
-            dsn, PG_MAX_TRANSACTIONS, lock_timeout_ms=STORE_BUSY_TIMEOUT_MS
-        )
+        self.stall = db.StallBudget(stall_seconds)
+        self.pool = db.ConnectionPool(dsn, PG_MAX_TRANSACTIONS, stall=self.stall)
         self._query: db.Conn | None = None
         self._mutex = threading.Lock()
         self._unreachable = RateLimitedLog("store.unreachable")
+        self._cannot_end = RateLimitedLog("store.cannot_end_stalled")
 
     def __repr__(self) -> str:
         return f"PostgresStorage({db.redact_dsn(self.dsn)!r})"
@@ -87,18 +91,36 @@ class PostgresStorage:
         return True, None  # replicas: the alarm poller reads every lane's deadline
 
     def lanes_due(self, now: float) -> list[str]:
-        return self._call(lambda conn: db.lanes_due(conn, now, ALARM_POLL_BATCH))
+        """The lanes whose deadline has come (the alarm poller, once a second). First, in the
+        same call, the sessions of any replica stuck in a transaction longer than the stall
+        are ended (`postgres_db.end_stalled_sessions`): their lanes are free again."""
+
+        def poll(conn: db.Conn) -> list[str]:
+            try:
+                ended = db.end_stalled_sessions(conn, self.stall.seconds)
+            except psycopg.errors.InsufficientPrivilege:
+                self._cannot_end(hint="grant pg_signal_backend, or run replicas as one role")
+            else:
+                if ended:
+                    log.warning(
+                        "store.stalled_session_ended", pids=ended, seconds=self.stall.seconds
+                    )
+            return db.lanes_due(conn, now, ALARM_POLL_BATCH)
+
+        return self._call(poll)
 
     async def listen(
         self, on_lane: Callable[[str], None], on_connected: Callable[[], None]
     ) -> None:
-        await listen_forever(self.dsn, on_lane, on_connected, ours=self.pool.sent_by_us)
+        await listen_forever(
+            self.dsn, on_lane, on_connected, ours=self.pool.sent_by_us, stall=self.stall
+        )
 
     @contextlib.contextmanager
     def _session(self, connect_timeout: float) -> Iterator[db.Conn]:
         conn = self._query
         if conn is None or conn.closed or conn.broken:
-            conn = db.connect(self.dsn, connect_timeout=connect_timeout)
+            conn = db.connect(self.dsn, stall=self.stall, connect_timeout=connect_timeout)
             self._query = conn
         yield conn
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from coordinator.constants import STORE_BUSY_TIMEOUT_MS
+from coordinator.constants import DEFAULT_REPLICA_STALL_SECONDS, STORE_BUSY_TIMEOUT_MS
 from coordinator.errors import StoreError
 from coordinator.store.files import (
     check_lane_header,
@@ -64,14 +64,18 @@ class PresenceStore(Protocol):
     def close(self) -> None: ...
 
 
-def presence_store_for(url: str | None, data_dir: Path | None) -> PresenceStore:
+def presence_store_for(
+    url: str | None, data_dir: Path | None, *, stall_seconds: float = DEFAULT_REPLICA_STALL_SECONDS
+) -> PresenceStore:
     """The presence store beside the lane store `url` names: None or "sqlite", a file in
-    `data_dir`; a postgresql:// URL, that database."""
+    `data_dir`; a postgresql:// URL, that database (its session's timeouts derived from
+    `stall_seconds`, the config's `replica_stall_seconds`)."""
     pg = postgres_url(url)
     if pg is not None:
+        from coordinator.store.postgres_db import StallBudget
         from coordinator.store.presence_pg import PostgresPresenceStore
 
-        return PostgresPresenceStore(pg)
+        return PostgresPresenceStore(pg, stall=StallBudget(stall_seconds))
     return SqlitePresenceStore(sqlite_data_dir(data_dir) / PRESENCE_FILE_NAME)
 
 

@@ -10,9 +10,8 @@ from collections.abc import Sequence
 
 import psycopg
 
-from coordinator.constants import STORE_BUSY_TIMEOUT_MS
 from coordinator.errors import StoreError
-from coordinator.store.postgres_db import Conn, connect, redact_dsn
+from coordinator.store.postgres_db import DEFAULT_STALL, Conn, StallBudget, connect, redact_dsn
 from coordinator.store.presence import Sighting, recent_sql
 
 _UPSERT = (
@@ -32,9 +31,9 @@ class PostgresPresenceStore:
     """Presence in the shared database, over one session of its own (opened on first use,
     again after it was lost). The schema comes from `lane-coordinator migrate`."""
 
-    def __init__(self, dsn: str, *, lock_timeout_ms: int = STORE_BUSY_TIMEOUT_MS) -> None:
+    def __init__(self, dsn: str, *, stall: StallBudget = DEFAULT_STALL) -> None:
         self._dsn = dsn
-        self._lock_timeout_ms = lock_timeout_ms
+        self._stall = stall
         self._db: Conn | None = None
         self._lock = threading.Lock()
         self.writes = 0  # rows written (tests: the throttle)
@@ -46,7 +45,7 @@ class PostgresPresenceStore:
         db = self._db
         if db is None or db.closed or db.broken:
             self._drop()
-            db = self._db = connect(self._dsn, lock_timeout_ms=self._lock_timeout_ms)
+            db = self._db = connect(self._dsn, stall=self._stall)
         return db
 
     def _drop(self) -> None:

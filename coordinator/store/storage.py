@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from coordinator.constants import DEFAULT_REPLICA_STALL_SECONDS
 from coordinator.engine.store import LaneStore
 from coordinator.errors import ConfigError
 
@@ -100,8 +101,11 @@ def sqlite_data_dir(data_dir: Path | None) -> Path:
     return data_dir
 
 
-def open_storage(url: str | None, data_dir: Path | None) -> Storage:
-    """The store a URL names (None or "sqlite": lane files under data_dir)."""
+def open_storage(
+    url: str | None, data_dir: Path | None, *, stall_seconds: float = DEFAULT_REPLICA_STALL_SECONDS
+) -> Storage:
+    """The store a URL names (None or "sqlite": lane files under data_dir); on PostgreSQL,
+    `stall_seconds` is the config's `replica_stall_seconds`."""
     pg = postgres_url(url)
     if pg is None:
         from coordinator.store.sqlite_storage import SqliteStorage
@@ -109,4 +113,4 @@ def open_storage(url: str | None, data_dir: Path | None) -> Storage:
         return SqliteStorage(sqlite_data_dir(data_dir))
     from coordinator.store.postgres_storage import PostgresStorage
 
-    return PostgresStorage(pg)
+    return PostgresStorage(pg, stall_seconds=stall_seconds)

@@ -3,18 +3,22 @@ database (the session's throwaway cluster, tests/harness/postgres.py), eight cli
 alternating between them (moving to the other replica on a refused or dropped connection, a
 timeout or a 503). Under load: a kill -9 of one replica (then restarted), and PostgreSQL
 stopped and started again (`fast`, and in the full run also `immediate` and a kill -9 of
-the postmaster). Afterwards the recorded-history checker over both replicas' views.
+the postmaster). Afterwards the recorded-history checker over both replicas' views. A second
+row freezes one replica inside a lane transaction (a failpoint: SIGSTOP right after it
+locked the lane) and checks the other serves that lane within `replica_stall_seconds` + 2 s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from coordinator.failpoints import ENV as FAILPOINTS_ENV
 from tests.faults.kit import assert_clean, assert_no_traceback, pick, readyz, seed
 from tests.faults.load import base_load
 from tests.faults.table import Row
@@ -96,3 +100,72 @@ async def test_postgres_replicas_under_faults(
     assert_clean(other, load, everyone)
     assert [(await readyz(u))[0] for u in urls] == [200, 200]
     assert_no_traceback(everyone)
+
+
+STALL = 5.0  # replica_stall_seconds of the frozen-replica row
+
+
+@pytest.mark.fault("(i) PostgreSQL: replica frozen mid-transaction")
+async def test_a_replica_frozen_mid_transaction(
+    row: Row,
+    start_coordinator: StartCoordinator,
+    pg_dsn: str,
+    tmp_path: Path,
+) -> None:
+    """Replica r1 freezes (SIGSTOP, the failpoint `pg.lane_locked`, armed by a marker file at
+    a random moment under load) right after it locked `solo:fa`; it stays frozen longer than
+    the stall, then gets SIGCONT. The survivor must serve that lane within
+    `replica_stall_seconds` + 2 s of the freeze; nothing acknowledged is lost."""
+    s = seed()
+    rng = random.Random(s)
+    done = cli("migrate", "--store", pg_dsn)
+    assert done.returncode == 0, done.stderr
+    token_file = tmp_path / "token"
+    write_token_file(token_file)
+    marker = tmp_path / "freeze"
+    config = make_config(replica_stall_seconds=STALL)
+    armed = {FAILPOINTS_ENV: f"pg.lane_locked=1*stop@lane=solo:fa@file={marker}"}
+    r1 = start_coordinator(
+        tmp_path / "r1", token_file=token_file, config=config, store=pg_dsn, extra_env=armed
+    )
+    r2 = start_coordinator(tmp_path / "r2", token_file=token_file, config=config, store=pg_dsn)
+    target = Target([r1.url, r2.url], r1.token)
+    load = base_load(target, Settings(op_deadline=60.0), seed=s)
+    freeze = pick(8.0, 20.0)
+    try:
+        await asyncio.sleep(rng.uniform(1.5, 3.0))
+        marker.touch()
+        deadline = asyncio.get_running_loop().time() + 30
+        while not r1.stopped:
+            assert asyncio.get_running_loop().time() < deadline, "r1 never froze"
+            await asyncio.sleep(0.01)
+        frozen = load.ledger.mark("frozen")
+        await asyncio.sleep(freeze)
+        r1.signal(signal.SIGCONT)
+        resumed = load.ledger.mark("resumed")
+        await asyncio.sleep(3.0)
+    finally:
+        if r1.proc.poll() is None:
+            r1.signal(signal.SIGCONT)
+        await load.finish()
+    served = sorted(
+        (e.replied_at or e.sent_at) - frozen
+        for e in load.ledger.snapshot()
+        if e.acknowledged and e.lane == "solo:fa" and e.target == r2.url and e.sent_at > frozen
+    )
+    report = await load.verify(r2.url)
+    other = await load.verify(r1.url)
+    row.report(report)
+    blocked = f"{served[0]:.1f} s" if served else "never"
+    woke = load.ledger.acknowledged_after(resumed)
+    row.note(
+        f"r1 frozen {freeze:g} s holding solo:fa's lock; r2 served it after {blocked} "
+        f"(stall {STALL:g} s); acknowledged after the wake {woke}"
+        f"; r1's view: lost {other.lost}, violations {len(other.violations)}; seed {s}"
+    )
+    assert_clean(report, load, [r1, r2])
+    assert_clean(other, load, [r1, r2])
+    assert served and served[0] <= STALL + 2, f"solo:fa on r2 after the freeze: {served[:3]}"
+    assert load.ledger.acknowledged_after(resumed) > 0
+    assert [(await readyz(u))[0] for u in (r1.url, r2.url)] == [200, 200]
+    assert_no_traceback([r1, r2])

@@ -118,6 +118,15 @@ class LineProcess:
         return self.proc.pid
 
     @property
+    def stopped(self) -> bool:
+        """The process is stopped (SIGSTOP: state `T` in /proc/<pid>/stat; Linux)."""
+        try:
+            stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
+        except OSError:
+            return False
+        return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+    @property
     def text(self) -> str:
         with self._cond:
             return "\n".join(self.lines)
@@ -169,7 +178,8 @@ class CoordinatorProcess(LineProcess):
     the token in LANE_COORDINATOR_TOKEN instead. `config`: a TOML path, or a `Config` written
     as `<data_dir>.toml`; None runs without --config. `command` replaces the repo's
     `lane-coordinator` (an installed copy), `env` the whole environment (default: ours
-    without LANE_COORDINATOR_TOKEN). The data dir is not created here: the coordinator makes
+    without LANE_COORDINATOR_TOKEN), `extra_env` variables added to it (a failpoint:
+    coordinator/failpoints.py). The data dir is not created here: the coordinator makes
     it (0700)."""
 
     def __init__(
@@ -185,12 +195,14 @@ class CoordinatorProcess(LineProcess):
         store: str | None = None,
         command: list[str] | None = None,
         env: dict[str, str] | None = None,
+        extra_env: dict[str, str] | None = None,
         cwd: Path = REPO,
         start_timeout: float = START_TIMEOUT,
     ) -> None:
         self.data_dir = data_dir
         data_dir.parent.mkdir(parents=True, exist_ok=True)
         base_env = dict(env) if env is not None else _env_without_token()
+        base_env.update(extra_env or {})
         args = [*(command or coordinator_cmd()), "serve", "--host", "127.0.0.1", "--port", "0"]
         args += ["--data-dir", str(data_dir)]
         if store is not None:  # a replica on PostgreSQL (the data dir holds nothing then)

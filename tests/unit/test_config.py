@@ -61,6 +61,7 @@ def test_defaults() -> None:
     assert cfg.history_retained == C.DEFAULT_HISTORY_RETAINED == 5000
     assert cfg.max_body_bytes == C.DEFAULT_MAX_BODY_BYTES == 65536
     assert cfg.max_lanes == 1000 and cfg.metrics_max_lanes == 100
+    assert cfg.replica_stall_seconds == C.DEFAULT_REPLICA_STALL_SECONDS == 5
     assert cfg.routes == {} and cfg.lanes == {}
     assert load_config(None) == Config()
 
@@ -128,6 +129,10 @@ def test_every_key_is_read() -> None:
         ("metrics_max_lanes", "100001"),
         ("metrics_max_lanes", "2.5"),
         ("metrics_max_lanes", "false"),
+        ("replica_stall_seconds", "0.5"),
+        ("replica_stall_seconds", "31"),
+        ("replica_stall_seconds", '"5"'),
+        ("replica_stall_seconds", "true"),
     ],
 )
 def test_bad_value_names_the_key(key: str, value: str) -> None:
@@ -147,6 +152,8 @@ def test_bad_value_names_the_key(key: str, value: str) -> None:
         ("max_lanes", 1_000_000),
         ("metrics_max_lanes", 1),
         ("metrics_max_lanes", 100_000),
+        ("replica_stall_seconds", 1),
+        ("replica_stall_seconds", 30),
     ],
 )
 def test_range_bounds_are_inclusive(key: str, value: int) -> None:

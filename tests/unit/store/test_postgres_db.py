@@ -4,6 +4,8 @@ schema check, the queries over every lane — on a fresh database of the session
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 import pytest
 
@@ -29,6 +31,57 @@ def test_a_session_commits_synchronously_with_a_lock_timeout(pg_dsn: str) -> Non
         db.ping(conn)
     finally:
         conn.close()
+
+
+def test_every_session_is_set_from_the_stall_budget(pg_dsn: str) -> None:
+    """idle_in_transaction_session_timeout = the stall, lock_timeout = the stall + 1 s,
+    TCP keepalives and tcp_user_timeout on both ends; transaction_timeout where the server
+    has it."""
+    stall = db.StallBudget(3.0)
+    conn = db.connect(pg_dsn, stall=stall)
+    try:
+
+        def show(name: str) -> str:
+            row = conn.execute(f"SHOW {name}").fetchone()
+            assert row is not None
+            return str(row[name])
+
+        assert show("idle_in_transaction_session_timeout") == "3s"
+        assert show("lock_timeout") == "4s"
+        assert (show("tcp_keepalives_idle"), show("tcp_keepalives_count")) == ("3", "3")
+        assert show("tcp_user_timeout") == "3000"
+        if conn.info.server_version >= db.TRANSACTION_TIMEOUT_SINCE:
+            assert show("transaction_timeout") == "7s"
+        params = psycopg.conninfo.conninfo_to_dict(conn.info.dsn)
+        assert (params["keepalives"], params["keepalives_idle"]) == ("1", "3")
+        assert params["tcp_user_timeout"] == "3000"
+    finally:
+        conn.close()
+    # a DSN's own keepalive setting is kept
+    assert "keepalives_idle=42" in stall.conninfo(pg_dsn + "?keepalives_idle=42")
+
+
+def test_a_session_idle_in_a_transaction_longer_than_the_stall_is_ended(pg_dsn: str) -> None:
+    """By the database's own timer, and (a pipeline that left it unarmed, a client frozen
+    mid-pipeline) by `end_stalled_sessions` from another session."""
+    stall = db.StallBudget(1.0)
+    idle = db.connect(pg_dsn, stall=stall)
+    idle.execute("BEGIN")
+    unarmed = db.connect(pg_dsn, stall=stall)
+    unarmed.execute("SET idle_in_transaction_session_timeout = 0")  # as after a stray Flush
+    unarmed.execute("BEGIN")
+    peer = db.connect(pg_dsn, stall=stall)
+    try:
+        time.sleep(1.5)
+        with pytest.raises(psycopg.Error):
+            idle.execute("SELECT 1")
+        assert db.end_stalled_sessions(peer, 1.0) == [unarmed.info.backend_pid]
+        with pytest.raises(psycopg.Error):
+            unarmed.execute("SELECT 1")
+        assert db.end_stalled_sessions(peer, 1.0) == []
+    finally:
+        for c in (idle, unarmed, peer):
+            c.close()
 
 
 def test_a_refused_connection_is_a_store_error_without_the_password(refused_port: int) -> None:
