@@ -142,7 +142,9 @@ def test_ctrl_c_mid_drill_ha_releases_and_tears_everything_down(tmp_path: Path) 
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) once the roles are
     under way: the roles release their tickets through the still-running replicas, then the
     replicas, PostgreSQL and the temp dir go; exit 130."""
-    run = LineProcess(["bash", str(SCRIPT)], _env(tmp_path))  # its own process group
+    run = LineProcess(  # its own process group
+        ["bash", str(SCRIPT)], _env(tmp_path), sigint_default=True
+    )
     try:
         run.wait_for_line(lambda ln: "PASS  step 1/6" in ln, 180)
         os.killpg(run.pid, signal.SIGINT)

@@ -87,10 +87,19 @@ def interruptible(args: list[str]) -> list[str]:
 class LineProcess:
     """A subprocess whose merged stdout/stderr is collected line by line in a thread."""
 
-    def __init__(self, args: list[str], env: dict[str, str], cwd: Path = REPO) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        env: dict[str, str],
+        cwd: Path = REPO,
+        *,
+        sigint_default: bool = False,
+    ) -> None:
+        """`sigint_default`: start it with SIGINT at its default action (`interruptible`),
+        for a test that interrupts it as Ctrl-C would."""
         self.args = args
         self.proc = subprocess.Popen(
-            interruptible(args),
+            interruptible(args) if sigint_default else args,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
