@@ -18,6 +18,7 @@ import structlog
 
 from coordinator.constants import (
     ALARM_POLL_BATCH,
+    ALARM_POLL_SECONDS,
     DEFAULT_REPLICA_STALL_SECONDS,
     PG_MAX_TRANSACTIONS,
     READY_PROBE_TIMEOUT_SECONDS,
@@ -31,6 +32,7 @@ from coordinator.store.pg_listen import listen_forever
 from coordinator.store.postgres import PostgresLaneStore
 
 T = TypeVar("T")
+MIN_STALLED_SECONDS = 0.5  # a session in a transaction this long is never taken for stalled
 log = structlog.get_logger("coordinator.store")
 
 
@@ -90,14 +92,21 @@ class PostgresStorage:
     def peek_deadline(self, lane: str) -> tuple[bool, float | None]:
         return True, None  # replicas: the alarm poller reads every lane's deadline
 
+    @property
+    def _stalled_after(self) -> float:
+        """How long a session may sit in a transaction before this poll ends it: the stall,
+        less one poll interval, so that the lane is free within the stall."""
+        return max(MIN_STALLED_SECONDS, self.stall.seconds - ALARM_POLL_SECONDS)
+
     def lanes_due(self, now: float) -> list[str]:
         """The lanes whose deadline has come (the alarm poller, once a second). First, in the
-        same call, the sessions of any replica stuck in a transaction longer than the stall
-        are ended (`postgres_db.end_stalled_sessions`): their lanes are free again."""
+        same call, the sessions of any replica stuck in a transaction for the stall (less this
+        poll's interval) are ended (`postgres_db.end_stalled_sessions`): their lanes are free
+        again."""
 
         def poll(conn: db.Conn) -> list[str]:
             try:
-                ended = db.end_stalled_sessions(conn, self.stall.seconds)
+                ended = db.end_stalled_sessions(conn, self._stalled_after)
             except psycopg.errors.InsufficientPrivilege:
                 self._cannot_end(hint="grant pg_signal_backend, or run replicas as one role")
             else:
