@@ -37,6 +37,7 @@ from client.models import (
     MachinesReply,
     ReceiptReply,
     ReceiptRow,
+    ReconcileReply,
     ReleaseReply,
     StatusReply,
 )
@@ -99,6 +100,15 @@ class LaneBackend(Protocol):
         provider_job_id: str | None = None,
         note: str | None = None,
     ) -> ReleaseReply: ...
+
+    async def reconcile(
+        self,
+        lane: str,
+        ticket_id: str,
+        outcome: str,
+        provider_job_id: str | None = None,
+        note: str | None = None,
+    ) -> ReconcileReply: ...
 
     async def receipt(
         self,

@@ -17,6 +17,7 @@ from client.models import (
     HistoryReply,
     LaneReply,
     ReceiptReply,
+    ReconcileReply,
     ReleaseReply,
     StatusReply,
 )
@@ -192,6 +193,22 @@ class BackendBase(ABC):
             lane, ticketId=ticket_id, reasonCode=reason_code, retryAfterSeconds=retry_after_seconds
         )
         return await self._send("cooldown", lane, body, CooldownReply)
+
+    async def reconcile(
+        self,
+        lane: str,
+        ticket_id: str,
+        outcome: str,
+        provider_job_id: str | None = None,
+        note: str | None = None,
+    ) -> ReconcileReply:
+        """End the in-flight job of an ended ticket of this machine: how its provider job
+        ended (`completed`, `failed`, `not-found`), docs/protocol.md#reconcile. 409
+        `not-in-flight` (NotInFlightError) when the ticket holds no in-flight slot."""
+        body = self._body(
+            lane, ticketId=ticket_id, outcome=outcome, providerJobId=provider_job_id, note=note
+        )
+        return await self._send("reconcile", lane, body, ReconcileReply)
 
     async def status(self, lane: str, include_receipts: bool = False) -> StatusReply:
         body = self._body(lane, claim=False, includeReceipts=include_receipts)

@@ -65,6 +65,12 @@ class ReceiptConflictError(LaneClientError):
     default_code = "receipt-conflict"
 
 
+class NotInFlightError(LaneClientError):
+    """reconcile: the ticket holds no in-flight slot (docs/protocol.md#reconcile)."""
+
+    default_code = "not-in-flight"
+
+
 class PayloadTooLargeError(LaneClientError):
     default_code = "payload-too-large"
 
@@ -140,6 +146,7 @@ BY_CODE: dict[str, type[LaneClientError]] = {
         NotFoundError,
         TicketNotHeldError,
         ReceiptConflictError,
+        NotInFlightError,
         MethodNotAllowedError,
         PayloadTooLargeError,
         UnsupportedMediaTypeError,

@@ -44,7 +44,14 @@ from client.errors import (
 )
 from client.local_fs import check_state_dir
 from coordinator import constants as C
-from coordinator.engine.commands import Acquire, Cooldown, Heartbeat, Release, TicketCall
+from coordinator.engine.commands import (
+    Acquire,
+    Cooldown,
+    Heartbeat,
+    Reconcile,
+    Release,
+    TicketCall,
+)
 from coordinator.engine.long_poll import long_poll
 from coordinator.engine.model import Change, LaneSettings, LaneSnapshot, PutTicket, TicketState
 from coordinator.engine.operations import (
@@ -54,6 +61,7 @@ from coordinator.engine.operations import (
     HeartbeatOp,
     HistoryOp,
     Operation,
+    ReconcileOp,
     ReleaseOp,
     StatusOp,
     detached,
@@ -316,6 +324,10 @@ _OPERATIONS: dict[str, tuple[type[Any], Callable[[Any], Operation[Any]]]] = {
     "release": (
         S.ReleaseBody,
         lambda b: ReleaseOp(Release(_ticket_call(b), b.outcome, b.provider_job_id, b.note)),
+    ),
+    "reconcile": (
+        S.ReconcileBody,
+        lambda b: ReconcileOp(Reconcile(_ticket_call(b), b.outcome, b.provider_job_id, b.note)),
     ),
     "cooldown": (
         S.CooldownBody,

@@ -203,6 +203,7 @@ class SyncLaneClient(Closing):
     await_ticket = _Blocking(LaneClient.await_ticket)
     heartbeat = _Blocking(LaneClient.heartbeat)
     release = _Blocking(LaneClient.release)
+    reconcile = _Blocking(LaneClient.reconcile)
     receipt = _Blocking(LaneClient.receipt)
     cooldown = _Blocking(LaneClient.cooldown)
     status = _Blocking(LaneClient.status)

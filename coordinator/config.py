@@ -61,6 +61,17 @@ class Config:
     replica_stall_seconds: float = C.DEFAULT_REPLICA_STALL_SECONDS
     routes: dict[str, int] = field(default_factory=dict)  # route -> capacity
     lanes: dict[str, int] = field(default_factory=dict)  # lane -> capacity override
+    # in-flight holds (docs/protocol.md#in-flight): the default, route -> hold, lane -> hold
+    in_flight_hold_seconds: float = C.DEFAULT_IN_FLIGHT_HOLD_SECONDS
+    route_holds: dict[str, float] = field(default_factory=dict)
+    lane_holds: dict[str, float] = field(default_factory=dict)
+
+    def in_flight_hold(self, lane: str) -> float:
+        """The lane's in-flight hold: its own, else its route's, else the default."""
+        if lane in self.lane_holds:
+            return self.lane_holds[lane]
+        route, _ = parse_lane(lane)
+        return self.route_holds.get(route, self.in_flight_hold_seconds)
 
     def capacity(self, lane: str) -> int | None:
         if lane in self.lanes:
@@ -81,6 +92,7 @@ class Config:
             default_hold_seconds=self.default_hold_seconds,
             history_retained=self.history_retained,
             incidents_retained=C.INCIDENTS_RETAINED,
+            in_flight_hold_seconds=self.in_flight_hold(lane),
         )
 
 
@@ -106,10 +118,23 @@ def _seconds(raw: dict[str, Any], key: str, default: float, hi: float) -> float:
     return float(_number(raw, key, default, MIN_TIMEOUT_SECONDS, hi))
 
 
+_HOLD_KEY = "in_flight_hold_seconds"
+
+
+def _in_flight_hold(where: str, table: dict[str, Any]) -> float | None:
+    if _HOLD_KEY not in table:
+        return None
+    v = table[_HOLD_KEY]
+    hi = C.MAX_IN_FLIGHT_HOLD_SECONDS
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= hi:
+        raise ConfigError(f"config: {where}.{_HOLD_KEY} must be a number from 0 to {hi:g}")
+    return float(v)
+
+
 def _capacity(where: str, table: Any) -> int | None:
     if not isinstance(table, dict):
         raise ConfigError(f"config: {where} must be a table")
-    unknown = set(table) - {"capacity"}
+    unknown = set(table) - {"capacity", _HOLD_KEY}
     if unknown:
         raise ConfigError(f"config: {where} has unknown keys: {', '.join(sorted(unknown))}")
     if "capacity" not in table:
@@ -147,6 +172,7 @@ KNOWN_KEYS = {
     "max_lanes",
     "metrics_max_lanes",
     "replica_stall_seconds",
+    "in_flight_hold_seconds",
     "routes",
     "lanes",
 }
@@ -213,6 +239,9 @@ def parse_config(raw: dict[str, Any]) -> Config:
             )
         ),
     )
+    cfg.in_flight_hold_seconds = float(
+        _number(raw, _HOLD_KEY, C.DEFAULT_IN_FLIGHT_HOLD_SECONDS, 0, C.MAX_IN_FLIGHT_HOLD_SECONDS)
+    )
     store = raw.get("store")
     if store is not None:
         if not isinstance(store, str) or not store:
@@ -227,6 +256,9 @@ def parse_config(raw: dict[str, Any]) -> Config:
         cap = _capacity(f"routes.{route}", table)
         if cap is not None:
             cfg.routes[route] = cap
+        hold = _in_flight_hold(f"routes.{route}", table)
+        if hold is not None:
+            cfg.route_holds[route] = hold
     lanes = raw.get("lanes", {})
     if not isinstance(lanes, dict):
         raise ConfigError("config: [lanes] must be a table")
@@ -238,6 +270,9 @@ def parse_config(raw: dict[str, Any]) -> Config:
         cap = _capacity(f'lanes."{lane}"', table)
         if cap is not None:
             cfg.lanes[lane] = cap
+        hold = _in_flight_hold(f'lanes."{lane}"', table)
+        if hold is not None:
+            cfg.lane_holds[lane] = hold
     return cfg
 
 

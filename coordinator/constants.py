@@ -13,6 +13,10 @@ COORDINATOR_KIND: Final = ACTOR_SQLITE  # what this server's replies say in `coo
 # Leases and waiters (seconds)
 DEFAULT_WAITER_TIMEOUT_SECONDS: Final = 600.0
 DEFAULT_HOLD_SECONDS: Final = 300.0  # ETA basis before a lane has measured holds
+# How long after its provider-submitted receipt an ended ticket's job keeps its slot
+# (docs/protocol.md#in-flight): route or lane config, 0 (off) to a day.
+DEFAULT_IN_FLIGHT_HOLD_SECONDS: Final = 1800.0
+MAX_IN_FLIGHT_HOLD_SECONDS: Final = 86400.0
 ETA_HOLD_SAMPLE_SIZE: Final = 20  # recent hold durations averaged for the ETA
 # A parked await is a waiter's keep-alive: the waiter timeout must outlast the longest await
 # plus this margin (network, a client's retry), or a waiter is abandoned mid-poll.

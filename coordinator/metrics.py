@@ -62,7 +62,9 @@ class LaneObserver(Protocol):
 
     def committed(self, lane: str, fx: Effects, operations: int, seconds: float) -> None: ...
 
-    def lane_state(self, lane: str, held: int, queued: int, paused: bool) -> None: ...
+    def lane_state(
+        self, lane: str, held: int, queued: int, paused: bool, in_flight: int = 0
+    ) -> None: ...
 
     def lane_open_failures(self, count: int) -> None: ...
 
@@ -75,7 +77,9 @@ class NullMetrics:
     def committed(self, lane: str, fx: Effects, operations: int, seconds: float) -> None:
         return None
 
-    def lane_state(self, lane: str, held: int, queued: int, paused: bool) -> None:
+    def lane_state(
+        self, lane: str, held: int, queued: int, paused: bool, in_flight: int = 0
+    ) -> None:
         return None
 
     def lane_open_failures(self, count: int) -> None:
@@ -132,9 +136,10 @@ class _LaneSeries:
     holders: Gauge
     queue_depth: Gauge
     paused: Gauge
+    in_flight: Gauge
     wait: _Tally
     hold: _Tally
-    state: tuple[int, int, bool] | None = None
+    state: tuple[int, int, bool, int] | None = None
 
     def observe_hold(self, t: Ticket) -> None:
         if t.held_at is not None and t.ended_at is not None:
@@ -169,6 +174,15 @@ class Metrics:
         self.queue_depth = Gauge("lanes_queue_depth", "Queued tickets", ["lane"], registry=r)
         self.holders = Gauge("lanes_holders", "Held tickets", ["lane"], registry=r)
         self.paused = Gauge("lanes_paused", "1 while the lane is paused", ["lane"], registry=r)
+        self.in_flight = Gauge(
+            "lanes_in_flight",
+            "In-flight provider jobs holding a slot after their ticket ended",
+            ["lane"],
+            registry=r,
+        )
+        self.all_in_flight = Gauge(
+            "lanes_all_in_flight", "In-flight provider jobs holding a slot, all lanes", registry=r
+        )
         self.open_failures = Gauge(
             "lanes_open_failures",
             "Lane files that cannot be opened or read (the lane.open_failed log names them)",
@@ -218,7 +232,7 @@ class Metrics:
             registry=r,
         )
         self._lanes: OrderedDict[str, _LaneSeries] = OrderedDict()  # least recent first
-        self._states: dict[str, tuple[int, int, bool]] = {}  # every lane's, for the totals
+        self._states: dict[str, tuple[int, int, bool, int]] = {}  # every lane's, for the totals
         # Closed label sets start at zero, so a rate() over them is defined from the start.
         # Their children are looked up once (labels() takes a lock and builds a key).
         self._outcomes = {
@@ -287,21 +301,25 @@ class Metrics:
                 child.inc()
                 series.observe_hold(t)
 
-    def lane_state(self, lane: str, held: int, queued: int, paused: bool) -> None:
+    def lane_state(
+        self, lane: str, held: int, queued: int, paused: bool, in_flight: int = 0
+    ) -> None:
         series = self._series(lane)
-        state = (held, queued, paused)
+        state = (held, queued, paused, in_flight)
         old = self._states.get(lane)
         if old != state:
             self._states[lane] = state
-            o_held, o_queued, o_paused = old or (0, 0, False)
+            o_held, o_queued, o_paused, o_in_flight = old or (0, 0, False, 0)
             self.all_holders.inc(held - o_held)
             self.all_queue_depth.inc(queued - o_queued)
             self.all_paused.inc(int(paused) - int(o_paused))
+            self.all_in_flight.inc(in_flight - o_in_flight)
         if series.state != state:  # called after every flush: skip the unchanged
             series.state = state
             series.holders.set(held)
             series.queue_depth.set(queued)
             series.paused.set(1 if paused else 0)
+            series.in_flight.set(in_flight)
 
     def lane_open_failures(self, count: int) -> None:
         self.open_failures.set(count)
@@ -316,12 +334,20 @@ class Metrics:
         else:
             while len(self._lanes) >= self.max_lanes:  # evict the least recently active
                 old, _ = self._lanes.popitem(last=False)
-                for metric in (self.holders, self.queue_depth, self.paused, self.wait, self.hold):
+                for metric in (
+                    self.holders,
+                    self.queue_depth,
+                    self.paused,
+                    self.in_flight,
+                    self.wait,
+                    self.hold,
+                ):
                     metric.remove(old)
             series = self._lanes[lane] = _LaneSeries(
                 holders=self.holders.labels(lane=lane),
                 queue_depth=self.queue_depth.labels(lane=lane),
                 paused=self.paused.labels(lane=lane),
+                in_flight=self.in_flight.labels(lane=lane),
                 wait=_Tally(self.wait.labels(lane=lane)),
                 hold=_Tally(self.hold.labels(lane=lane)),
             )

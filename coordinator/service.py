@@ -19,6 +19,7 @@ from coordinator.engine.commands import (
     Acquire,
     Cooldown,
     Heartbeat,
+    Reconcile,
     RecordReceipt,
     Release,
     TicketCall,
@@ -35,6 +36,7 @@ from coordinator.engine.operations import (
     HistoryOp,
     Operation,
     ReceiptOp,
+    ReconcileOp,
     ReleaseOp,
     StatusOp,
     detached,
@@ -56,7 +58,7 @@ from coordinator.protocol.constants import (
     RECENT_RECEIPTS_LIMIT,
     STATUS_QUEUED_LIMIT,
 )
-from coordinator.protocol.errors import NotFound
+from coordinator.protocol.errors import NotFound, NotInFlight
 from coordinator.protocol.queries import OverviewParams
 
 R = TypeVar("R")
@@ -163,6 +165,11 @@ class LaneService:
         if not self.enforced(lane):
             return unenforced.release_reply(cmd.outcome, self.kind)
         return await self._perform(lane, ReleaseOp(cmd))
+
+    async def reconcile(self, lane: str, cmd: Reconcile) -> wire.ReconcileReply:
+        if not self.enforced(lane):
+            raise NotInFlight("lane: an unenforced lane keeps no in-flight jobs")
+        return await self._perform(lane, ReconcileOp(cmd))
 
     async def cooldown(self, lane: str, cmd: Cooldown) -> wire.CooldownReply:
         if not self.enforced(lane):

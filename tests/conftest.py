@@ -66,6 +66,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "allow_loop_blocking(reason): the test blocks the event loop on purpose; no watchdog "
         "on its in-process coordinators (tests.harness.watchdog)",
     )
+    config.addinivalue_line(
+        "markers",
+        "no_in_flight_holds: the driver suite's coordinator keeps no in-flight holds "
+        "(in_flight_hold_seconds = 0)",
+    )
 
 
 @pytest.hookimpl(wrapper=True)

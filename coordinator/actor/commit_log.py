@@ -45,7 +45,9 @@ def report_group(actor: Reporter, fx: Effects, operations: int, seconds: float) 
         return
     try:
         paused = c.paused(actor.clock.now())
-        actor.metrics.lane_state(actor.lane, len(c.held), c.queued_count(), paused)
+        actor.metrics.lane_state(
+            actor.lane, len(c.held), c.queued_count(), paused, len(c.in_flight)
+        )
     except Exception as exc:
         log.error("lane.metrics_failed", lane=actor.lane, error=type(exc).__name__)
 

@@ -56,3 +56,13 @@ class RecordReceipt:
     payload_json: str  # canonical JSON (RFC 8785) of the payload
     content_hash: str  # as sent
     computed_hash: str  # sha256:<hex> over payload_json
+
+
+@dataclass(slots=True, frozen=True)
+class Reconcile:
+    """End the in-flight job of an ended ticket by hand (docs/protocol.md#reconcile)."""
+
+    call: TicketCall
+    outcome: str  # completed, failed, not-found
+    provider_job_id: str | None
+    note: str | None

@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from coordinator.engine import commands
-from coordinator.engine.lane_views import LaneViews
+from coordinator.engine.lane_slots import LaneSlots
 from coordinator.engine.model import (
+    IN_FLIGHT_OUTCOMES,
+    IN_FLIGHT_TERMINAL_OUTCOMES,
     Effects,
-    Incident,
     IncidentKind,
     Outcome,
     Pause,
     PruneHistory,
-    PruneIncidents,
     PutCounters,
-    PutIncident,
     PutPause,
-    PutProjectServed,
     PutReceipt,
     PutTicket,
     Receipt,
@@ -28,6 +24,7 @@ from coordinator.protocol import replies as wire
 from coordinator.protocol.errors import (
     NotFound,
     NotHolder,
+    NotInFlight,
     NotOwner,
     ReceiptConflict,
     TicketNotHeld,
@@ -42,7 +39,7 @@ def is_owner(ticket: Ticket, machine_id: str, claim_id: str | None) -> bool:
     return claim_id is None or claim_id == ticket.claim_id
 
 
-class LaneCore(LaneViews):
+class LaneCore(LaneSlots):
     """One lane's live state and rules.
 
     Calling convention (the actor and the local queue both follow it): for each operation,
@@ -75,6 +72,11 @@ class LaneCore(LaneViews):
             )
         while self.leases and self.leases[0][0] <= now:
             self._expire(self.live[self.leases[0][1]], fx)
+        while self.hold_ends and self.hold_ends[0][0] <= now:
+            until, tid = self.hold_ends[0]
+            self._end_in_flight(
+                self.in_flight[tid], "expired", until, None, IncidentKind.IN_FLIGHT_EXPIRED, fx
+            )
         while self.waiters and self.waiters[0][0] <= now:
             deadline, tid = self.waiters[0]
             waiter = self.live[tid]
@@ -94,32 +96,6 @@ class LaneCore(LaneViews):
         fx.changes.append(PutPause(pause))
         fx.pause_changed = True
 
-    def _promote(self, now: float, fx: Effects) -> None:
-        if self.paused(now):
-            return
-        while len(self.held) < self.settings.capacity and self.order:
-            project = self.order[0][2]
-            tid = self.queues[project][0][1]
-            self._grant(self.live[tid], now, fx)
-
-    def _grant(self, t: Ticket, now: float, fx: Effects) -> None:
-        self._dequeue(t)
-        self.last_fence += 1
-        t.state = TicketState.HELD
-        t.fence = self.last_fence
-        t.held_at = now
-        t.lease_expires_at = now + t.lease_seconds
-        t.heartbeat_at = None
-        self.held[t.ticket_id] = t
-        self.leases.add((t.lease_expires_at, t.ticket_id))
-        self.served[t.project] = t.fence
-        self._reorder(t.project)
-        fx.changes.append(PutTicket(t))
-        fx.changes.append(PutProjectServed(t.project, t.fence, now))
-        fx.changes.append(PutCounters(self.last_fence, self.next_seq))
-        fx.woken.add(t.ticket_id)
-        fx.promoted.append(t.ticket_id)
-
     def _expire(self, t: Ticket, fx: Effects) -> None:
         assert t.lease_expires_at is not None and t.held_at is not None
         expiry = t.lease_expires_at
@@ -134,6 +110,7 @@ class LaneCore(LaneViews):
         self._incident(
             fx, IncidentKind.LEASE_EXPIRED, expiry, t.ticket_id, t.machine_id, {"fence": t.fence}
         )
+        self._leave_in_flight(t, expiry, fx)
 
     def _end(self, t: Ticket, outcome: str | None, at: float, fx: Effects) -> None:
         was_held = t.state is TicketState.HELD
@@ -146,6 +123,8 @@ class LaneCore(LaneViews):
         fx.changes.append(PutTicket(t))
         fx.woken.add(t.ticket_id)
         self._count_history(fx)
+        if was_held and outcome in IN_FLIGHT_OUTCOMES:
+            self._leave_in_flight(t, at, fx)
 
     def _count_history(self, fx: Effects) -> None:
         self.history_count += 1
@@ -153,22 +132,6 @@ class LaneCore(LaneViews):
         if self.history_count > keep:
             fx.changes.append(PruneHistory(keep, self.history_count - keep))
             self.history_count = keep
-
-    def _incident(
-        self,
-        fx: Effects,
-        kind: IncidentKind,
-        at: float,
-        ticket_id: str | None,
-        machine_id: str | None,
-        detail: dict[str, Any],
-    ) -> None:
-        fx.changes.append(PutIncident(Incident(kind.value, at, ticket_id, machine_id, detail)))
-        self.incident_count += 1
-        keep = self.settings.incidents_retained
-        if self.incident_count > keep:
-            fx.changes.append(PruneIncidents(keep, self.incident_count - keep))
-            self.incident_count = keep
 
     def _begin(
         self, machine_id: str, ticket_id: str, now: float, ended: Ticket | None
@@ -181,7 +144,7 @@ class LaneCore(LaneViews):
         return fx, self._find(ticket_id, ended)
 
     def _find(self, ticket_id: str, ended: Ticket | None) -> Ticket:
-        t = self.live.get(ticket_id)
+        t = self.live.get(ticket_id) or self.in_flight.get(ticket_id)
         if t is None:
             t = ended
         if t is None or t.ticket_id != ticket_id:
@@ -297,7 +260,13 @@ class LaneCore(LaneViews):
         fx, t = self._begin(call.machine_id, call.ticket_id, now, ended)
         promoted_before = len(fx.promoted)
         released, reason = False, None
-        if not is_owner(t, call.machine_id, call.claim_id):
+        owner = is_owner(t, call.machine_id, call.claim_id)
+        if owner and t.holds_in_flight and cmd.outcome in IN_FLIGHT_TERMINAL_OUTCOMES:
+            # a late release that says the job ended ends its in-flight job
+            how = f"released:{cmd.outcome}"
+            self._end_in_flight(t, how, now, call.machine_id, IncidentKind.IN_FLIGHT_ENDED, fx)
+            self._promote(now, fx)
+        if not owner:
             reason = "not-owner"
         elif t.state in (TicketState.HELD, TicketState.QUEUED):
             self._end(t, cmd.outcome, now, fx)
@@ -428,6 +397,7 @@ class LaneCore(LaneViews):
             created_at=now,
         )
         fx.changes.append(PutReceipt(rec))
+        self._receipt_phase(t, cmd.phase, now, fx)
         if not verified:
             self._incident(
                 fx,
@@ -446,6 +416,29 @@ class LaneCore(LaneViews):
             coordinator=self.coordinator, stored=True, replay=False, content_hash_verified=verified
         )
         return stored, fx, True
+
+    def reconcile(
+        self, cmd: commands.Reconcile, now: float, ended: Ticket | None
+    ) -> tuple[wire.ReconcileReply, Effects]:
+        """End an ended ticket's in-flight job by hand (docs/protocol.md#reconcile): its
+        owner says how the provider job ended; the next waiters are promoted."""
+        call = cmd.call
+        fx, t = self._begin(call.machine_id, call.ticket_id, now, ended)
+        if not is_owner(t, call.machine_id, call.claim_id):
+            raise NotOwner(f"ticketId: {call.ticket_id} is owned by another driver")
+        if not t.holds_in_flight:
+            raise NotInFlight(
+                f"ticketId: {call.ticket_id} holds no in-flight slot ({self._hold_state(t)})"
+            )
+        before = len(fx.promoted)
+        t.provider_job_id = t.provider_job_id or cmd.provider_job_id
+        t.note = t.note or cmd.note
+        how = f"reconciled:{cmd.outcome}"
+        self._end_in_flight(t, how, now, call.machine_id, IncidentKind.IN_FLIGHT_ENDED, fx)
+        self._promote(now, fx)
+        return wire.ReconcileReply(
+            coordinator=self.coordinator, reconciled=True, promoted=fx.promoted[before:]
+        ), fx
 
     def advance(self, now: float) -> Effects:
         """The alarm: reap, end pauses and promote with no client call."""

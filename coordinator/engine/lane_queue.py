@@ -61,6 +61,13 @@ class LaneQueue:
         self.order_key: dict[str, tuple[int, int, str]] = {}
         self.waiters: SortedList = SortedList()  # (deadline, ticket_id)
         self.waiter_key: dict[str, float] = {}
+        # In-flight jobs (docs/protocol.md#in-flight): ended tickets whose provider job may
+        # still run, each taking a slot until its holdUntil.
+        self.in_flight: dict[str, Ticket] = {}
+        self.hold_ends: SortedList = SortedList()  # (in_flight_until, ticket_id)
+        for t in snapshot.in_flight:
+            if t.holds_in_flight:
+                self._hold(t)
         for t in sorted(snapshot.live, key=lambda x: x.seq):
             # A restart grants every waiter a full keep-alive window from `now`.
             if t.state is TicketState.QUEUED:
@@ -83,6 +90,20 @@ class LaneQueue:
             q.add((t.seq, t.ticket_id))
             self._reorder(t.project)
             self._set_waiter_deadline(t)
+
+    def _hold(self, t: Ticket) -> None:
+        assert t.in_flight_until is not None
+        self.in_flight[t.ticket_id] = t
+        self.hold_ends.add((t.in_flight_until, t.ticket_id))
+
+    def _unhold(self, t: Ticket) -> None:
+        if self.in_flight.pop(t.ticket_id, None) is not None:
+            assert t.in_flight_until is not None
+            self.hold_ends.discard((t.in_flight_until, t.ticket_id))
+
+    def slots_taken(self) -> int:
+        """Held tickets and in-flight jobs: what capacity counts."""
+        return len(self.held) + len(self.in_flight)
 
     def _unindex(self, t: Ticket) -> None:
         self.live.pop(t.ticket_id, None)
@@ -181,10 +202,12 @@ class LaneQueue:
             candidates.append(self.waiters[0][0])
         if self.pause is not None:
             candidates.append(self.pause.until)
+        if self.hold_ends:
+            candidates.append(self.hold_ends[0][0])
         return min(candidates) if candidates else None
 
     def is_idle(self) -> bool:
-        return not self.live and self.pause is None
+        return not self.live and self.pause is None and not self.in_flight
 
     def queued_count(self) -> int:
         return len(self.live) - len(self.held)
@@ -231,10 +254,18 @@ class LaneQueue:
     def _slot_free_times(self, now: float) -> list[float]:
         h = self.hold_estimate()
         cap = max(self.settings.capacity, 1)
-        remaining = sorted(
+        remaining = [
             max(0.0, h - (now - (now if t.held_at is None else t.held_at)))
             for t in self.held.values()
+        ]
+        # An in-flight job's driver is gone: only a receipt, a reconcile or its holdUntil
+        # is known to end it, so its slot frees at holdUntil (docs/decisions.md).
+        remaining.extend(
+            max(0.0, t.in_flight_until - now)
+            for t in self.in_flight.values()
+            if t.in_flight_until is not None
         )
+        remaining.sort()
         extra = max(0, len(remaining) - cap)
         padded = [0.0] * max(0, cap - len(remaining)) + remaining
         return padded[extra:] if extra else padded
@@ -243,7 +274,9 @@ class LaneQueue:
         """ETA formula (docs/protocol.md): pause left + the p-th slot's free time + waves × hold.
 
         slot = (p-1) mod capacity, wave = (p-1) div capacity; a held slot frees after
-        max(0, hold - held_for); hold = mean of the last 20 measured holds (or the default).
+        max(0, hold - held_for); hold = mean of the last 20 measured holds (or the default);
+        an in-flight job's slot frees at its holdUntil (holdUntil - now); a wave never starts
+        before the previous wave's last slot frees, so the ETA never decreases with position.
         """
         if position <= 0:
             return 0.0
@@ -253,4 +286,8 @@ class LaneQueue:
         pause_left = max(0.0, self.pause.until - now) if self.paused(now) and self.pause else 0.0
         slot = min((position - 1) % cap, len(free) - 1)
         wave = (position - 1) // cap
-        return round(pause_left + free[slot] + wave * self.hold_estimate(), 3)
+        hold = self.hold_estimate()
+        wait = free[slot] + wave * hold
+        if wave:  # never before the previous wave's last slot (an in-flight job's may be late)
+            wait = max(wait, free[-1] + (wave - 1) * hold)
+        return round(pause_left + wait, 3)

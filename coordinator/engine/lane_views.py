@@ -76,6 +76,27 @@ class LaneViews(LaneQueue):
             queued_total=self.queued_count(),
             pause=self.pause_view(now),
             now=now,
+            in_flight=[self.in_flight_view(t) for t in self.in_flight_jobs()],
+        )
+
+    def in_flight_jobs(self) -> list[Ticket]:
+        """The in-flight jobs, the first to end first."""
+        return [self.in_flight[tid] for _until, tid in self.hold_ends]
+
+    @staticmethod
+    def in_flight_view(t: Ticket) -> wire.InFlightJob:
+        assert t.submitted_at is not None and t.ended_at is not None
+        assert t.in_flight_until is not None
+        return wire.InFlightJob(
+            ticket_id=t.ticket_id,
+            fence=t.fence,
+            machine_id=t.machine_id,
+            claim_id=t.claim_id,
+            project=t.project,
+            scene=t.scene,
+            submitted_at=t.submitted_at,
+            since=t.ended_at,
+            hold_until=t.in_flight_until,
         )
 
     def summary(self, now: float) -> wire.LaneSummary:

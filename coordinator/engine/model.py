@@ -50,6 +50,24 @@ class IncidentKind(StrEnum):
     WAITER_ABANDONED = "waiter-abandoned"
     DUPLICATE_COLLISION = "duplicate-collision"
     LATE_RELEASE = "late-release"
+    IN_FLIGHT_HELD = "in-flight-held"
+    IN_FLIGHT_ENDED = "in-flight-ended"
+    IN_FLIGHT_EXPIRED = "in-flight-expired"
+
+
+# A release with one of these outcomes leaves an in-flight job when the ticket's provider job
+# may still run (docs/protocol.md#in-flight); a late release with one of the terminal ones ends
+# the ticket's in-flight job.
+IN_FLIGHT_OUTCOMES = frozenset({Outcome.LEASE_LOST.value, Outcome.TIMEOUT.value})
+IN_FLIGHT_TERMINAL_OUTCOMES = frozenset(
+    {
+        Outcome.COMPLETED.value,
+        Outcome.FAILED.value,
+        Outcome.NOT_SUBMITTED.value,
+        Outcome.SLOT_BUSY.value,
+    }
+)
+RECONCILE_OUTCOMES = ("completed", "failed", "not-found")
 
 
 @dataclass(slots=True)
@@ -75,10 +93,25 @@ class Ticket:
     provider_job_id: str | None = None
     note: str | None = None
     ended_at: float | None = None
+    # Receipts the in-flight rule reads (docs/protocol.md#in-flight): the createdAt of the
+    # ticket's latest provider-submitted receipt and of its provider-terminal receipt, as
+    # recorded while it was live.
+    submitted_at: float | None = None
+    terminal_at: float | None = None
+    # The in-flight job the ticket left when it ended: its holdUntil, and how the hold ended
+    # (None while it holds: "receipt", "reconciled:<outcome>", "released:<outcome>",
+    # "expired").
+    in_flight_until: float | None = None
+    in_flight_ended: str | None = None
 
     @property
     def identity(self) -> tuple[str, str, str]:
         return (self.project, self.scene, self.prompt_hash)
+
+    @property
+    def holds_in_flight(self) -> bool:
+        """The ticket ended and its in-flight job still takes a slot."""
+        return self.in_flight_until is not None and self.in_flight_ended is None
 
 
 @dataclass(slots=True, frozen=True)
@@ -231,6 +264,9 @@ class LaneSettings:
     default_hold_seconds: float
     history_retained: int
     incidents_retained: int
+    # How long after its provider-submitted receipt an ended ticket's job may hold its slot
+    # (docs/protocol.md#in-flight); 0: no holds (the local queue, unenforced lanes).
+    in_flight_hold_seconds: float = 0.0
 
 
 @dataclass(slots=True)
@@ -238,6 +274,7 @@ class LaneSnapshot:
     """What a store loads to rebuild a lane's in-memory state."""
 
     live: list[Ticket] = field(default_factory=list)
+    in_flight: list[Ticket] = field(default_factory=list)  # ended tickets whose job holds
     last_fence: int = 0
     next_seq: int = 1
     project_served: dict[str, int] = field(default_factory=dict)

@@ -76,9 +76,14 @@ def answered(core: LaneCore, now: float, fx: Effects) -> Effects:
     return fx
 
 
+def _known(core: LaneCore, ticket_id: str) -> bool:
+    """The core holds the ticket: live, or ended with an in-flight job."""
+    return ticket_id in core.live or ticket_id in core.in_flight
+
+
 def _ended(core: LaneCore, ticket_id: str) -> Needs:
-    """A ticket call reads the ticket from the store only once it left the live set."""
-    return NO_NEEDS if ticket_id in core.live else Needs(ticket=ticket_id)
+    """A ticket call reads the ticket from the store only once the core no longer holds it."""
+    return NO_NEEDS if _known(core, ticket_id) else Needs(ticket=ticket_id)
 
 
 # ---------------------------------------------------------------- ticket operations
@@ -115,7 +120,7 @@ class AwaitOp:
 
 # heartbeat, release and cooldown: one command naming one ticket (`cmd.call`), answered by
 # the core's method of the same name.
-_C = TypeVar("_C", commands.Heartbeat, commands.Release, commands.Cooldown)
+_C = TypeVar("_C", commands.Heartbeat, commands.Release, commands.Cooldown, commands.Reconcile)
 
 
 @dataclass(slots=True, frozen=True)
@@ -159,6 +164,16 @@ class CooldownOp(_TicketCommandOp[commands.Cooldown, wire.CooldownReply]):
 
 
 @dataclass(slots=True, frozen=True)
+class ReconcileOp(_TicketCommandOp[commands.Reconcile, wire.ReconcileReply]):
+    """End an ended ticket's in-flight job by hand (docs/protocol.md#reconcile)."""
+
+    def _step(
+        self, core: LaneCore, now: float, ended: Ticket | None
+    ) -> tuple[wire.ReconcileReply, Effects]:
+        return core.reconcile(self.cmd, now, ended)
+
+
+@dataclass(slots=True, frozen=True)
 class ReceiptOp:
     """The reply is (HTTP status, body): 201 when a new receipt was stored, 200 otherwise."""
 
@@ -166,7 +181,7 @@ class ReceiptOp:
     creates: bool = False
 
     def needs(self, core: LaneCore) -> Needs:
-        ended = None if self.cmd.ticket_id in core.live else self.cmd.ticket_id
+        ended = None if _known(core, self.cmd.ticket_id) else self.cmd.ticket_id
         return Needs(ticket=ended, receipt=self.cmd.receipt_id)
 
     def run(
@@ -253,13 +268,13 @@ class EvidenceOp:
         tid = self.ticket_id
         if tid is None:
             return NO_NEEDS
-        return Needs(ticket=None if tid in core.live else tid, receipts_for_ticket=tid)
+        return Needs(ticket=None if _known(core, tid) else tid, receipts_for_ticket=tid)
 
     def run(self, core: LaneCore, now: float, reads: Reads) -> Result[wire.EvidenceReply]:
         coord = coordinator_evidence(core, now)
         job: wire.JobEvidence | None = None
         if self.ticket_id is not None:
-            t = core.live.get(self.ticket_id) or reads.ticket
+            t = core.live.get(self.ticket_id) or core.in_flight.get(self.ticket_id) or reads.ticket
             job = _job_evidence(self.ticket_id, t, reads)
         return Result(evidence_reply(core.lane, True, coord, job, now, core.coordinator))
 

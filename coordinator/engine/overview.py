@@ -123,6 +123,7 @@ def overview_lane(
         queued_total=status.queued_total or 0,
         pause=status.pause,
         now=status.now,
+        in_flight=status.in_flight,
         history=history or wire.LaneHistory(entries=[], retained=0),
         recent_receipts=recent_receipts or [],
         receipt_mismatches=receipt_mismatches or [],

@@ -33,6 +33,8 @@ def _history_fields(t: Ticket) -> dict[str, Any]:
         "wait_seconds": None if wait is None else round(wait, 3),
         "hold_seconds": None if hold is None else round(hold, 3),
         "fence": t.fence,
+        "in_flight_until": t.in_flight_until,
+        "in_flight_ended": t.in_flight_ended,
     }
 
 

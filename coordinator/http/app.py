@@ -153,6 +153,13 @@ async def release(request: web.Request) -> web.Response:
     return json_reply(await request.app[SERVICE_KEY].release(b.lane, cmd))
 
 
+async def reconcile(request: web.Request) -> web.Response:
+    b: S.ReconcileBody = await _body(request, S.ReconcileBody)
+    _saw(request, b.lane, b.machine_id, b.claim_id)
+    cmd = commands.Reconcile(_call(b), b.outcome, b.provider_job_id, b.note)
+    return json_reply(await request.app[SERVICE_KEY].reconcile(b.lane, cmd))
+
+
 async def receipt(request: web.Request) -> web.Response:
     b: S.ReceiptBody = await _body(request, S.ReceiptBody)
     _saw(request, b.lane, b.machine_id, b.claim_id)
@@ -249,6 +256,7 @@ def create_app(
         ("status", status),
         ("history", history),
         ("cooldown", cooldown),
+        ("reconcile", reconcile),
     ):
         app.router.add_post(f"/v1/lanes/{name}", handler, name=f"lanes_{name}_op")
     app.router.add_get("/v1/lanes", list_lanes, name="lanes")

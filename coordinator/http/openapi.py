@@ -38,6 +38,7 @@ _SUMMARIES = {
     "status": "Reap, promote, then the lane's held and queued tickets",
     "history": "The render log, newest first",
     "cooldown": "Pause the lane on a provider human check",
+    "reconcile": "End an ended ticket's in-flight provider job and promote the next waiters",
 }
 
 # Each POST operation's reply, by its success status.
@@ -53,6 +54,7 @@ _REPLIES: dict[str, dict[int, tuple[type[wire.Wire], str]]] = {
     "status": {200: (wire.StatusReply, "the lane's held and queued tickets")},
     "history": {200: (wire.HistoryReply, "the render log")},
     "cooldown": {200: (wire.CooldownReply, "the lane's pause")},
+    "reconcile": {200: (wire.ReconcileReply, "the hold ended; the waiters it promoted")},
 }
 
 # Every POST operation can answer these: a bad body or protocolVersion, no token, a body over
@@ -68,6 +70,7 @@ _EXTRA_ERRORS: dict[str, tuple[int, ...]] = {
     "status": (),
     "history": (),
     "cooldown": (403, 404, 409),
+    "reconcile": (403, 404, 409),
 }
 
 _ERROR_TEXT = {
@@ -76,7 +79,7 @@ _ERROR_TEXT = {
     403: "not-owner or not-holder",
     404: "not-found",
     405: "method-not-allowed: the Allow header names the accepted methods",
-    409: "ticket-not-held or receipt-conflict",
+    409: "ticket-not-held, receipt-conflict or not-in-flight",
     413: "payload-too-large",
     415: "unsupported-media-type",
     503: "unavailable (nothing was applied; retry)",

@@ -10,6 +10,7 @@ from msgspec import UNSET, UnsetType
 
 from coordinator.protocol.lane_replies import (
     HistoryEntry,
+    InFlightJob,
     Owner,
     Pause,
     ReceiptPhase,
@@ -180,6 +181,7 @@ class OverviewLane(Wire, kw_only=True):
     queued_total: int
     pause: Pause | None
     now: float
+    in_flight: list[InFlightJob] = msgspec.field(default_factory=list)
     history: LaneHistory
     recent_receipts: list[ReceiptSummary]
     receipt_mismatches: list[ReceiptSummary]

@@ -81,6 +81,13 @@ class ReceiptConflict(LaneError):
     status = 409
 
 
+class NotInFlight(LaneError):
+    """reconcile: the ticket holds no in-flight slot (docs/protocol.md#reconcile)."""
+
+    code = "not-in-flight"
+    status = 409
+
+
 class PayloadTooLarge(LaneError):
     code = "payload-too-large"
     status = 413
@@ -106,6 +113,7 @@ ERRORS: tuple[type[LaneError], ...] = (
     MethodNotAllowed,
     TicketNotHeld,
     ReceiptConflict,
+    NotInFlight,
     PayloadTooLarge,
     UnsupportedMediaType,
     Unavailable,

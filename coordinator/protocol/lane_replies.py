@@ -38,7 +38,11 @@ IncidentKind = Literal[
     "waiter-abandoned",
     "duplicate-collision",
     "late-release",
+    "in-flight-held",
+    "in-flight-ended",
+    "in-flight-expired",
 ]
+ReconcileOutcome = Literal["completed", "failed", "not-found"]
 HeartbeatReason = Literal["not-held", "expired", "done", "not-owner"]
 ReleaseReason = Literal["expired", "already-done", "not-owner"]
 ErrorCode = Literal[
@@ -51,6 +55,7 @@ ErrorCode = Literal[
     "method-not-allowed",
     "ticket-not-held",
     "receipt-conflict",
+    "not-in-flight",
     "payload-too-large",
     "unsupported-media-type",
     "unavailable",
@@ -154,6 +159,28 @@ class ReleaseReply(Reply, kw_only=True):
     reason: str | None = None
 
 
+class ReconcileReply(Reply, kw_only=True):
+    """A reconcile: the ticket's in-flight job ended and `promoted` were granted."""
+
+    reconciled: bool
+    promoted: list[str] = msgspec.field(default_factory=list)
+
+
+class InFlightJob(Wire, kw_only=True):
+    """A provider job that may still run on the account after its ticket ended: it takes a
+    slot until `holdUntil` (docs/protocol.md#in-flight)."""
+
+    ticket_id: str
+    fence: int | None = None
+    machine_id: str
+    claim_id: str | None = None
+    project: str
+    scene: str
+    submitted_at: float
+    since: float
+    hold_until: float
+
+
 class ReceiptReply(Reply, kw_only=True, dict=True):
     """A receipt write: stored (201), or not stored (200: a replay, with the stored verdict,
     or an unenforced lane)."""
@@ -222,7 +249,8 @@ class ReceiptRow(Wire, kw_only=True):
 
 class StatusReply(Reply, kw_only=True, dict=True):
     """A lane's held tickets (by fence) and queued ones (in promotion order, at most 200;
-    `queuedTotal` counts them all). `recentReceipts` (newest first, at most 50) only with
+    `queuedTotal` counts them all), the in-flight jobs that take slots too (`inFlight`, by
+    holdUntil). `recentReceipts` (newest first, at most 50) only with
     `includeReceipts: true` on an enforced lane."""
 
     # In Python, `recent_receipts` reads None when the key is absent; `unreadable_receipts` is
@@ -235,6 +263,7 @@ class StatusReply(Reply, kw_only=True, dict=True):
     queued_total: int | None = None
     pause: Pause | None = None
     now: float
+    in_flight: list[InFlightJob] = msgspec.field(default_factory=list)
     receipts: list[ReceiptRow] | UnsetType = msgspec.field(default=UNSET, name="recentReceipts")
 
     @property
@@ -263,7 +292,8 @@ class StatusReply(Reply, kw_only=True, dict=True):
 
 class HistoryEntry(Wire, kw_only=True):
     """A render-log row: a ticket that reached done or expired (`lateOutcome`: what a release
-    after the lease expired reported)."""
+    after the lease expired reported; `inFlightUntil` / `inFlightEnded`: the in-flight job it
+    left, and how that ended — null while it holds)."""
 
     ticket_id: str
     project: str
@@ -281,6 +311,8 @@ class HistoryEntry(Wire, kw_only=True):
     wait_seconds: float | None = None
     hold_seconds: float | None = None
     fence: int | None = None
+    in_flight_until: float | None = None
+    in_flight_ended: str | None = None
 
 
 class HistoryReply(Reply, kw_only=True):

@@ -16,7 +16,7 @@ from coordinator.protocol import constants as C
 from coordinator.protocol.errors import BadRequest
 from coordinator.protocol.names import LANE_PATTERN, MACHINE_PATTERN, parse_lane
 from coordinator.protocol.receipts import HASH_PATTERN, RECEIPT_ID_PATTERN, walk_json
-from coordinator.protocol.replies import ReceiptPhase, ReleaseOutcome
+from coordinator.protocol.replies import ReceiptPhase, ReconcileOutcome, ReleaseOutcome
 
 EXAMPLE_LANE = "demo:main"  # what tools that generate requests from the document use
 
@@ -125,6 +125,15 @@ class ReleaseBody(TicketBody, kw_only=True):
     note: Note | None = None
 
 
+class ReconcileBody(TicketBody, kw_only=True):
+    """End the in-flight job of an ended ticket: how the provider job ended
+    (docs/protocol.md#reconcile)."""
+
+    outcome: ReconcileOutcome
+    provider_job_id: ProviderJobId | None = None
+    note: Note | None = None
+
+
 class ReceiptBody(TicketBody, kw_only=True):
     """Record one evidence receipt about the ticket's job (written by its holder machine)."""
 
@@ -165,6 +174,7 @@ SCHEMAS: dict[str, type[Base]] = {
     "status": StatusBody,
     "history": HistoryBody,
     "cooldown": CooldownBody,
+    "reconcile": ReconcileBody,
 }
 
 

@@ -359,15 +359,17 @@ class PostgresLaneStore(LaneReads, LockingStore):
                 (q.projects, (lane,)),
                 (q.holds, (lane, ETA_HOLD_SAMPLE_SIZE)),
                 (q.seen, (lane, lane, EVIDENCE_RECENT_SECONDS)),
+                (q.in_flight, (lane,)),
             )
         ]
 
     def _snapshot(self, reads: list[psycopg.Cursor[DictRow]]) -> LaneSnapshot:
         """The lane's state from the results of `_queue_load`."""
         lane = self.lane
-        live, head, projects, holds, seen = (c.fetchall() for c in reads)
+        live, head, projects, holds, seen, in_flight = (c.fetchall() for c in reads)
         snap = LaneSnapshot()
         snap.live = [ticket_from_row(r, lane) for r in live]
+        snap.in_flight = [ticket_from_row(r, lane) for r in in_flight]
         h = head[0]
         if h["version"] is not None:
             snap.last_fence, snap.next_seq = int(h["last_fence"]), int(h["next_seq"])

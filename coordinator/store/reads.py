@@ -18,6 +18,7 @@ from coordinator.constants import MACHINES_LISTED_MAX
 from coordinator.engine.model import Incident, Receipt, Ticket
 from coordinator.store.rows import (
     ENDED,
+    HOLDS_IN_FLIGHT,
     RECEIPT_COLUMNS,
     TICKET_COLUMNS,
     Row,
@@ -50,6 +51,8 @@ class ReadQueries:
         ended = f"WHERE {lane}{ENDED}"  # the lane's history
         log = "ORDER BY ended_at DESC, seq DESC LIMIT"
         self.live = f"{tickets}{d.live_from} WHERE {lane}state IN ('queued', 'held') ORDER BY seq"
+        # the in-flight jobs a lane loads (its index: tickets_in_flight, the same WHERE)
+        self.in_flight = f"{tickets} WHERE {lane}{HOLDS_IN_FLIGHT} ORDER BY in_flight_until"
         self.projects = f"SELECT project, last_fence FROM projects{where_lane}"
         self.holds = (
             f"SELECT ended_at - held_at AS d FROM tickets {ended} AND held_at IS NOT NULL {log} {p}"
@@ -73,9 +76,11 @@ class ReadQueries:
             f"SELECT id, kind, at, ticket_id, machine_id, detail FROM incidents{where_lane} "
             f"ORDER BY id DESC LIMIT {p}"
         )
-        # the ended tickets a history prune removes first
+        # the ended tickets a history prune removes first (never one whose in-flight job
+        # still holds a slot: the lane loads it from its row)
         self.oldest_ended = (
-            f"SELECT ticket_id FROM tickets {ended} ORDER BY ended_at ASC, seq ASC LIMIT {p}"
+            f"SELECT ticket_id FROM tickets {ended} AND NOT ({HOLDS_IN_FLIGHT}) "
+            f"ORDER BY ended_at ASC, seq ASC LIMIT {p}"
         )
 
     def args(self, lane: str, *args: Any) -> tuple[Any, ...]:

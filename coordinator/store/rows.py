@@ -34,7 +34,8 @@ class Row(Protocol):
 TICKET_COLUMNS = (
     "ticket_id, seq, state, machine_id, claim_id, project, scene, prompt_hash, enqueued_at, "
     "lease_seconds, last_seen_at, held_at, lease_expires_at, heartbeat_at, fence, outcome, "
-    "late_outcome, provider_job_id, note, ended_at"
+    "late_outcome, provider_job_id, note, ended_at, submitted_at, terminal_at, in_flight_until, "
+    "in_flight_ended"
 )
 # The columns a ticket's later writes change (the upsert's DO UPDATE, SQLite's plain UPDATE).
 _UPDATED = (
@@ -50,6 +51,10 @@ _UPDATED = (
     "provider_job_id",
     "note",
     "ended_at",
+    "submitted_at",
+    "terminal_at",
+    "in_flight_until",
+    "in_flight_ended",
 )
 _TICKET_UPDATE = "DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in _UPDATED)
 
@@ -70,6 +75,8 @@ TICKET_UPSERT = ticket_upsert("?", lane_column=False)
 # A ticket whose row exists (SQLite's write path): its updated columns, by id.
 TICKET_UPDATE = f"UPDATE tickets SET {', '.join(f'{c} = ?' for c in _UPDATED)} WHERE ticket_id = ?"
 ENDED = "state IN ('done', 'expired')"
+# An ended ticket whose in-flight job still holds a slot (docs/protocol.md#in-flight).
+HOLDS_IN_FLIGHT = "in_flight_until IS NOT NULL AND in_flight_ended IS NULL"
 RECEIPT_COLUMNS = (
     "receipt_id, ticket_id, phase, machine_id, payload, content_hash, content_hash_verified, "
     "created_at"
@@ -130,6 +137,10 @@ def ticket_from_row(row: Row, lane: str) -> Ticket:
         provider_job_id=row["provider_job_id"],
         note=row["note"],
         ended_at=row["ended_at"],
+        submitted_at=row["submitted_at"],
+        terminal_at=row["terminal_at"],
+        in_flight_until=row["in_flight_until"],
+        in_flight_ended=row["in_flight_ended"],
     )
 
 
@@ -194,6 +205,10 @@ def ticket_values(t: Ticket) -> tuple[Any, ...]:
         t.provider_job_id,
         t.note,
         t.ended_at,
+        t.submitted_at,
+        t.terminal_at,
+        t.in_flight_until,
+        t.in_flight_ended,
     )
 
 
@@ -212,6 +227,10 @@ def ticket_update_values(t: Ticket) -> tuple[Any, ...]:
         t.provider_job_id,
         t.note,
         t.ended_at,
+        t.submitted_at,
+        t.terminal_at,
+        t.in_flight_until,
+        t.in_flight_ended,
         t.ticket_id,
     )
 

@@ -370,6 +370,7 @@ class SqliteLaneStore(LaneReads, SqliteTransaction):
         snap = LaneSnapshot()
         q = self._reads
         snap.live = [ticket_from_row(r, lane) for r in self._read(q.live)]
+        snap.in_flight = [ticket_from_row(r, lane) for r in self._read(q.in_flight)]
         meta = {r["key"]: r["value"] for r in self._read("SELECT key, value FROM meta")}
         snap.last_fence = int(meta.get("last_fence", "0"))
         snap.next_seq = int(meta.get("next_seq", "1"))

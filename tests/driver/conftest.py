@@ -18,12 +18,14 @@ from tests.harness import TestManualClock, ThreadedCoordinator, clean_env, clien
 
 
 @pytest.fixture
-def coord(tmp_path: Path) -> Iterator[ThreadedCoordinator]:
+def coord(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ThreadedCoordinator]:
     """The real coordinator (ManualClock: time moves only with coord.advance). Routes
-    `drill` and `render` have capacity 1; route `free` is unenforced (client_config())."""
-    c = ThreadedCoordinator(
-        tmp_path / "coordinator-data", config=client_config(), clock=TestManualClock()
-    )
+    `drill` and `render` have capacity 1; route `free` is unenforced (client_config()).
+    A test marked `no_in_flight_holds` runs it with in_flight_hold_seconds = 0."""
+    config = client_config()
+    if request.node.get_closest_marker("no_in_flight_holds") is not None:
+        config.in_flight_hold_seconds = 0.0
+    c = ThreadedCoordinator(tmp_path / "coordinator-data", config=config, clock=TestManualClock())
     yield c
     c.stop()
 

@@ -104,6 +104,10 @@ async def test_resume_after_a_crash_between_submit_and_terminal(
     assert phases == ["lease-acquired", "provider-submitted", "provider-terminal"]
 
 
+# Holds off: the driver helpers do not resume under the old ticket's in-flight hold yet (issue
+# 18, client side); with a hold, this restarted driver would queue behind its own job until
+# holdUntil (docs/protocol.md#in-flight).
+@pytest.mark.no_in_flight_holds
 async def test_resume_on_a_new_ticket_when_the_old_lease_ran_out(
     coord: ThreadedCoordinator, clients: Clients, env: dict[str, str], state_dir: Path
 ) -> None:

@@ -67,15 +67,20 @@ def config_toml(cfg: Config) -> str:
     """`cfg` as the TOML `lane-coordinator serve --config` reads (only non-default settings)."""
     lines: list[str] = []
     for f in dataclasses.fields(cfg):
-        if f.name in ("routes", "lanes"):
+        if f.name in ("routes", "lanes", "route_holds", "lane_holds"):
             continue
         value = getattr(cfg, f.name)
         if f.default is not dataclasses.MISSING and value == f.default:
             continue
         lines.append(f"{f.name} = {json.dumps(value)}")
-    for table in ("routes", "lanes"):
-        for name, capacity in getattr(cfg, table).items():
-            lines += [f"[{table}.{json.dumps(name)}]", f"capacity = {capacity}"]
+    for table, holds in (("routes", cfg.route_holds), ("lanes", cfg.lane_holds)):
+        capacities: dict[str, int] = getattr(cfg, table)
+        for name in sorted(set(capacities) | set(holds)):
+            lines.append(f"[{table}.{json.dumps(name)}]")
+            if name in capacities:
+                lines.append(f"capacity = {capacities[name]}")
+            if name in holds:
+                lines.append(f"in_flight_hold_seconds = {json.dumps(holds[name])}")
     return "\n".join(lines) + "\n"
 
 

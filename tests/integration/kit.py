@@ -22,6 +22,7 @@ ERROR_CODES = {
     "method-not-allowed": 405,
     "ticket-not-held": 409,
     "receipt-conflict": 409,
+    "not-in-flight": 409,
     "payload-too-large": 413,
     "unsupported-media-type": 415,
     "unavailable": 503,

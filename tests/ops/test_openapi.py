@@ -17,7 +17,7 @@ from tests.harness import Running
 SPEC_ERROR_CODES = {
     "bad-request", "unsupported-protocol", "unauthorized", "not-owner", "not-holder",
     "not-found", "method-not-allowed", "ticket-not-held", "receipt-conflict", "payload-too-large",
-    "unsupported-media-type", "unavailable",
+    "unsupported-media-type", "unavailable", "not-in-flight",
 }  # fmt: skip
 
 
@@ -216,6 +216,10 @@ async def test_every_reply_is_exactly_its_documented_schema(server: Running) -> 
     late = {**body, "ticketId": done["ticketId"], "retryAfterSeconds": 60}
     assert (await op("cooldown", late)).status == 409  # done: ticket-not-held
     assert (await op("cooldown", {**late, "ticketId": tid, "machineId": "mB"})).status == 403
+    rec = {**base, "ticketId": done["ticketId"], "outcome": "completed"}
+    assert (await op("reconcile", rec)).status == 409  # done, no job in flight
+    assert (await op("reconcile", {**rec, "machineId": "mB"})).status == 403
+    assert (await op("reconcile", {**rec, "ticketId": "t_none"})).status == 404
     assert (await op("acquire", {**base, "protocolVersion": 2})).status == 400
     for include in (False, True):
         await op("status", {**base, "includeReceipts": include})

@@ -16,6 +16,7 @@ from coordinator.engine.commands import (
     Acquire,
     Cooldown,
     Heartbeat,
+    Reconcile,
     RecordReceipt,
     Release,
     TicketCall,
@@ -50,6 +51,7 @@ def make_settings(
     hold: float = 300.0,
     history: int = 5000,
     incidents: int = 2000,
+    in_flight: float = 0.0,
 ) -> LaneSettings:
     return LaneSettings(
         capacity=capacity,
@@ -58,6 +60,7 @@ def make_settings(
         default_hold_seconds=hold,
         history_retained=history,
         incidents_retained=incidents,
+        in_flight_hold_seconds=in_flight,
     )
 
 
@@ -205,6 +208,24 @@ class Harness:
         call = self._who(ticket_id, machine, claim, not no_claim)
         reply, fx = self.core.release(
             Release(call, outcome, provider_job_id, note), self.now, self.tickets.get(ticket_id)
+        )
+        self._record(fx)
+        return as_wire(reply)
+
+    def reconcile(
+        self,
+        ticket_id: str,
+        outcome: str = "completed",
+        *,
+        machine: str | None = None,
+        claim: str | None = None,
+        no_claim: bool = False,
+        provider_job_id: str | None = None,
+        note: str | None = None,
+    ) -> dict[str, Any]:
+        call = self._who(ticket_id, machine, claim, not no_claim)
+        reply, fx = self.core.reconcile(
+            Reconcile(call, outcome, provider_job_id, note), self.now, self.tickets.get(ticket_id)
         )
         self._record(fx)
         return as_wire(reply)

@@ -56,6 +56,7 @@ ENGINE_MODULES = (
     "coordinator.engine.commands",
     "coordinator.engine.lane",
     "coordinator.engine.lane_queue",
+    "coordinator.engine.lane_slots",
     "coordinator.engine.lane_views",
     "coordinator.engine.long_poll",
     "coordinator.engine.model",

@@ -37,7 +37,9 @@ class Metrics(NullMetrics):
         if self.fail:
             raise ValueError("observer broke")
 
-    def lane_state(self, lane: str, held: int, queued: int, paused: bool) -> None:
+    def lane_state(
+        self, lane: str, held: int, queued: int, paused: bool, in_flight: int = 0
+    ) -> None:
         self.calls.append(("lane_state", lane, held, queued, paused))
         if self.fail:
             raise ValueError("observer broke")

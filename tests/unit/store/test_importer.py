@@ -41,7 +41,8 @@ from tests.integration.kit import DUO, SOLO, acquire_body, receipt_body, ticket_
 from tests.store_pg.kit import AnyStore
 
 # the render log is pruned (receipts with it); a queued ticket outlives a long pause
-CONFIG = make_config(history_retained=3, waiter_timeout_seconds=3600.0)
+# (no in-flight holds: the replayed script expects the reaped lease's slot to free at once)
+CONFIG = make_config(history_retained=3, waiter_timeout_seconds=3600.0, in_flight_hold_seconds=0.0)
 LANES = (DUO, SOLO)
 ALL = 10_000  # read limit above anything a built lane holds
 WRONG_HASH = "sha256:" + hashlib.sha256(b"something else").hexdigest()
@@ -525,6 +526,10 @@ async def test_an_empty_lane_in_the_database_is_filled_one_with_content_refused(
         assert got[table] == want[table], table
 
 
+# The tickets columns of a lane file before migration 0006 (no in-flight columns).
+OLD_TICKET_COLUMNS = TICKET_COLUMNS.split(", submitted_at")[0]
+
+
 def _old_lane_file(path: Path) -> None:
     """A lane file an old coordinator left: schema 0001 (no verdict column, no lane_head)."""
     s = SqliteLaneStore(path, "old:main", max_migration=1)
@@ -533,7 +538,7 @@ def _old_lane_file(path: Path) -> None:
     db = sqlite3.connect(path)
     with db:
         db.execute(
-            f"INSERT INTO tickets ({TICKET_COLUMNS}) VALUES ('t1', 1, 'held', 'mA', 'cA', 'p', "
+            f"INSERT INTO tickets ({OLD_TICKET_COLUMNS}) VALUES ('t1', 1, 'held', 'mA', 'cA', 'p', "
             "'s', 'h', 10.0, 60.0, 10.0, 10.0, 70.0, NULL, 1, NULL, NULL, NULL, NULL, NULL)"
         )
         db.execute(

@@ -15,12 +15,23 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.engine.model import PutCounters, PutTicket, TicketState
+from coordinator.engine.model import (
+    LaneSnapshot,
+    PruneHistory,
+    PutCounters,
+    PutTicket,
+    TicketState,
+)
 from coordinator.errors import StoreError
 from coordinator.store import migrate as migrate_module
 from coordinator.store.migrate import apply_migrations, latest_migration, migrations
 from coordinator.store.reads import SQLITE_READS
-from coordinator.store.rows import TICKET_COLUMNS, TICKET_UPDATE, ticket_update_values
+from coordinator.store.rows import (
+    TICKET_COLUMNS,
+    TICKET_UPDATE,
+    ticket_update_values,
+    ticket_values,
+)
 from coordinator.store.sqlite import SqliteLaneStore
 from tests.store_pg.kit import ended, ticket, write
 from tests.unit.kit import LANE, T0
@@ -89,6 +100,7 @@ def test_tickets_has_five_indexes_and_every_constraint(store: SqliteLaneStore) -
             "tickets_live_identity",
             "tickets_log",
             "tickets_log_project",
+            "tickets_in_flight",  # 0006: the in-flight jobs a lane loads
         }
         cols = [(r["name"], r["pk"]) for r in db.execute("PRAGMA table_info(tickets)")]
         assert [c for c, _ in cols] == [c.strip() for c in TICKET_COLUMNS.split(",")]
@@ -129,10 +141,21 @@ def test_upgrade_from_0004_keeps_every_ticket(path: Path) -> None:
         ticket("t_5", 5, state=TicketState.HELD),
         ticket("t_4", 4),  # written out of seq order: read back in seq order
     ]
-    write(old, [*(PutTicket(t) for t in history), *(PutTicket(t) for t in live)])
     write(old, [PutCounters(5, 6)])
-    before = old.load()
     old.close()
+    # rows as a coordinator of schema 0004 wrote them (no in-flight columns yet)
+    old_columns = TICKET_COLUMNS.split(", submitted_at")[0]
+    n = old_columns.count(",") + 1
+    db = raw(path)
+    with db:
+        db.executemany(
+            f"INSERT INTO tickets ({old_columns}) VALUES ({', '.join('?' * n)})",
+            [ticket_values(t)[:n] for t in (*history, *live)],
+        )
+    version = db.execute("SELECT version FROM lane_head").fetchone()[0]
+    db.close()
+    before = LaneSnapshot(live=sorted(live, key=lambda t: t.seq), version=version)
+    before.next_seq, before.last_fence = 6, 5
     db = raw(path)
     try:
         assert "tickets_live" in _indexes(db)
@@ -170,6 +193,70 @@ def test_upgrade_from_0004_keeps_every_ticket(path: Path) -> None:
         assert [r[0] for r in db.execute("PRAGMA integrity_check")] == ["ok"]
     finally:
         db.close()
+
+
+def test_upgrade_from_0005_reads_the_live_tickets_receipt_times(path: Path) -> None:
+    """Migration 0006: a held ticket of an older file keeps what its receipts say (its latest
+    provider-submitted, its provider-terminal), so a lease reaped after the upgrade leaves its
+    in-flight job; ended tickets hold no slot."""
+    old = SqliteLaneStore(path, LANE, max_migration=5)
+    old.open()
+    old.close()
+    old_columns = TICKET_COLUMNS.split(", submitted_at")[0]
+    n = old_columns.count(",") + 1
+    rows = [
+        ticket("t_1", 1, state=TicketState.HELD, fence=1),
+        ticket("t_2", 2, state=TicketState.HELD, fence=2, scene="s2"),
+        ended("t_3", 3, T0 + 5),
+    ]
+    receipts = [
+        ("r1", "t_1", "provider-submitted", T0 + 1),
+        ("r2", "t_1", "provider-submitted", T0 + 2),
+        ("r3", "t_2", "provider-submitted", T0 + 1),
+        ("r4", "t_2", "provider-terminal", T0 + 3),
+        ("r5", "t_3", "provider-submitted", T0 + 1),
+    ]
+    db = raw(path)
+    with db:
+        db.executemany(
+            f"INSERT INTO tickets ({old_columns}) VALUES ({', '.join('?' * n)})",
+            [ticket_values(t)[:n] for t in rows],
+        )
+        db.executemany(
+            "INSERT INTO receipts (receipt_id, ticket_id, phase, machine_id, payload, "
+            "content_hash, created_at) VALUES (?, ?, ?, 'mA', '{}', 'sha256:00', ?)",
+            receipts,
+        )
+    db.close()
+    new = SqliteLaneStore(path, LANE)
+    new.open()
+    try:
+        snap = new.load()
+        got = {t.ticket_id: (t.submitted_at, t.terminal_at) for t in snap.live}
+        assert got == {"t_1": (T0 + 2, None), "t_2": (T0 + 1, T0 + 3)}
+        assert snap.in_flight == []
+        ended_row = new.get_ticket("t_3")
+        assert ended_row is not None and ended_row.submitted_at is None
+    finally:
+        new.close()
+
+
+def test_in_flight_rows_load_and_outlive_the_history_prune(store: SqliteLaneStore) -> None:
+    """An ended ticket whose in-flight job holds is loaded with the lane and never pruned
+    from the render log while it holds; once its hold ended it is an ordinary row."""
+    holding = ended("t_1", 1, T0 + 1)
+    holding.submitted_at, holding.in_flight_until = T0, T0 + 1800
+    write(store, [PutTicket(holding), *(PutTicket(ended(f"t_{i}", i, T0 + i)) for i in (2, 3))])
+    snap = store.load()
+    assert [t.ticket_id for t in snap.in_flight] == ["t_1"]
+    assert snap.in_flight[0] == holding
+    write(store, [PruneHistory(keep=2, excess=1)])  # the oldest row holds: t_2 goes instead
+    assert [t.ticket_id for t in store.history(10, None)] == ["t_3", "t_1"]
+    holding.in_flight_ended = "reconciled:completed"
+    write(store, [PutTicket(holding)])
+    assert store.load().in_flight == []
+    write(store, [PruneHistory(keep=1, excess=1)])
+    assert [t.ticket_id for t in store.history(10, None)] == ["t_3"]
 
 
 # ---------------------------------------------------------------- the runner
