@@ -22,7 +22,7 @@ from client.driver.journal import Changes, Journal, Record, Window, new_attempt_
 from client.driver.options import WaitUpdate, human_check_cooldown_seconds
 from client.driver.receipts import Receipts
 from client.errors import LaneClientError
-from client.models import CooldownReply, LaneReply, ReleaseReply
+from client.models import CooldownReply, InFlightJob, LaneReply, ReleaseReply
 from coordinator.protocol.constants import DEFAULT_LEASE_SECONDS
 
 if TYPE_CHECKING:
@@ -107,6 +107,11 @@ class TurnBase:
         self.lease_expires_at: float | None = None
         self.granted = False
         self.adopted = False
+        #: resumed under the in-flight hold of the window's old (ended) ticket: no new ticket,
+        #: the job is polled and its provider-terminal receipt ends the hold
+        #: (docs/protocol.md#in-flight); `hold` is that ticket's entry in status `inFlight`
+        self.under_hold = False
+        self.hold: InFlightJob | None = None
         self.pending: Record | None = None  # unfinished work an earlier attempt left
         self.lease_lost = False
         self.lease_lost_reason: str | None = None
@@ -138,7 +143,9 @@ class TurnBase:
     def __repr__(self) -> str:
         return (
             f"Turn(lane={self.lane!r}, ticket={self.ticket_id!r}, fence={self.fence}, "
-            f"granted={self.granted}, lease_lost={self.lease_lost})"
+            f"granted={self.granted}, lease_lost={self.lease_lost}"
+            + (", under_hold=True" if self.under_hold else "")
+            + ")"
         )
 
     @property

@@ -137,7 +137,7 @@ class LeaseKeeper(TurnBase):
             self._lose("unconfirmed")
         if self.lease_lost:
             raise LeaseLost(self.ticket_id, self.lease_lost_reason)
-        if not self.granted:
+        if not self.granted and not self.under_hold:
             raise TurnNotHeld("the turn holds no ticket yet")
         if self.released:
             raise TurnNotHeld(f"ticket {self.ticket_id} was already released")

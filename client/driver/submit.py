@@ -13,6 +13,10 @@ lease), resumes a job an earlier attempt left in flight, and writes the provider
   `submitted` (then `turn.resume(poll)`), None makes it `acquired` again (you may submit).
 - `turn.pending` set (a restarted driver whose journal says `submitted`, or `lease-lost` with
   a job id): `await turn.resume(poll)` polls that job; `turn.submit` raises `AlreadySubmitted`.
+- `turn.under_hold` (the job's old ticket ended and the lane keeps its slot as an in-flight
+  hold, docs/protocol.md#in-flight): `resume`/`poll` write the provider-terminal receipt on
+  that OLD ticket, which ends the hold (or reconcile it when the receipt cannot be written);
+  `turn.submit` raises `TurnNotHeld` once the job ended (the turn holds no ticket).
 - `turn.run(submit=, poll=, reconcile=)` does all of this in order.
 """
 
@@ -31,6 +35,7 @@ from client.driver.errors import (
 )
 from client.driver.heartbeat import LeaseKeeper
 from client.driver.journal import NEEDS_RECONCILE
+from client.errors import LaneClientError, NotInFlightError
 
 log = logging.getLogger("lane.driver")
 
@@ -51,6 +56,11 @@ class ProviderSteps(LeaseKeeper):
             )
         if self._job_open:
             raise AlreadySubmitted(self.provider_job_id)
+        if self.under_hold:
+            raise TurnNotHeld(
+                f"this turn resumed a job under ticket {self.ticket_id}'s in-flight hold and "
+                "holds no ticket: open a new turn to submit again"
+            )
         if self._submitting:
             raise DriverError("a submit of this turn is already running")
         self._submitting = True
@@ -157,9 +167,32 @@ class ProviderSteps(LeaseKeeper):
         clear = status == "completed" and not self.lease_lost
         self._journal_update(phase="terminal", outcome=status, clear_needs=clear)
         self.pending = None
+        written = None
         if self.write_receipts and self.receipts is not None:
-            await self.receipts.provider_terminal(
+            written = await self.receipts.provider_terminal(
                 self.provider_job_id, status, output_hashes=output_hashes
+            )
+        if self.under_hold and written is None:
+            await self._reconcile_hold(status)
+
+    async def _reconcile_hold(self, status: str) -> None:
+        """The provider-terminal receipt that ends the old ticket's hold was not written
+        (receipts off, or dropped): end the hold with reconcile instead (best effort; the
+        hold runs out at its holdUntil otherwise)."""
+        assert self.ticket_id is not None
+        outcome = "completed" if status == "completed" else "failed"
+        note = None if status != "timeout" else "provider job timed out"
+        try:
+            await self._ops.reconcile(
+                self.lane, self.ticket_id, outcome, self.provider_job_id, note
+            )
+        except NotInFlightError:
+            pass  # the hold already ended (its receipt did arrive, or holdUntil passed)
+        except LaneClientError as exc:
+            log.warning(
+                "in-flight hold of %s not ended (%s); it ends at its holdUntil",
+                self.ticket_id,
+                exc.code,
             )
 
     async def poll(self, poll: Callable[[str], Awaitable[str]], job_id: str | None = None) -> str:

@@ -16,7 +16,7 @@ from client.driver.options import WaitUpdate
 from client.driver.receipts import Receipts
 from client.driver.turn import Turn
 from client.forward import Forward
-from client.models import CooldownReply
+from client.models import CooldownReply, InFlightJob
 from coordinator.protocol.constants import DEFAULT_LEASE_SECONDS
 
 if TYPE_CHECKING:
@@ -116,6 +116,8 @@ class SyncTurn:
     needs: Forward[str | None] = Forward("turn")
     pending: Forward[Record | None] = Forward("turn")
     resumable: Forward[bool] = Forward("turn")
+    under_hold: Forward[bool] = Forward("turn")
+    hold: Forward[InFlightJob | None] = Forward("turn")
     receipts: Forward[Receipts | None] = Forward("turn")
 
     def check(self) -> None:

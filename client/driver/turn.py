@@ -54,6 +54,14 @@ The turn, in order:
 - A restarted driver whose journal says `submitted` (or `lease-lost` with a job id) and no
   terminal phase gets `turn.pending` set: `await turn.resume(poll)` polls that job instead of
   submitting again (`turn.submit` raises `AlreadySubmitted`).
+- Under an in-flight hold: when that job's old ticket has ended (its lease ran out, or it
+  was released `lease-lost`/`timeout`) and the lane still lists it in status `inFlight`
+  (docs/protocol.md#in-flight), the turn acquires NOTHING — a new ticket would queue behind
+  its own job on a one-slot lane. `turn.under_hold` is set (`turn.hold`: the listing,
+  `turn.ticket_id`: the old ticket); `turn.resume(poll)` / `turn.run(...)` poll the job and
+  the provider-terminal receipt on the old ticket ends the hold and promotes the next waiter
+  (a reconcile when the receipt cannot be written). The exit releases nothing. With no hold
+  listed the turn acquires as before.
 - `__aexit__` stops the heartbeats and releases with the outcome the block implies: `completed`
   on a normal exit, `failed` on an exception, `not-submitted` on `NotSubmitted`, `lease-lost`
   when the lease was lost (always) — unless the block set `turn.outcome`; `turn.provider_job_id`
@@ -139,6 +147,8 @@ class Turn(HumanCheck):
                 rec.provider_job_id,
             )
         reply = await self._try_adopt(rec) if rec is not None else None
+        if reply is None and rec is not None and await self._try_hold(rec):
+            return
         if reply is None:
             reply = await self.backend.acquire(
                 self.lane, *self.window[1:], lease_seconds=self.lease_seconds
@@ -211,6 +221,37 @@ class Turn(HumanCheck):
             return await view.await_ticket(self.lane, rec.ticket_id, 1)
         # still queued: this is the first long poll of the wait for its grant
         return await view.await_ticket(self.lane, rec.ticket_id, self.wait_seconds)
+
+    async def _try_hold(self, rec: Record) -> bool:
+        """Resume under the in-flight hold of the window's old ticket (docs/protocol.md#in-flight):
+        the lane keeps that ended ticket's slot for its job, so a new ticket would only queue
+        behind this window's own job. True when the turn now resumes under the hold."""
+        if not self._job_open or self._unknown or rec.ticket_id is None:
+            return False
+        if rec.ticket_id.startswith("unlimited-") or rec.machine_id != self.backend.machine_id:
+            return False
+        try:
+            st = await self.backend.status(self.lane)
+        except LaneClientError as exc:
+            log.warning("status of %s unreadable (%s): no in-flight hold looked up",
+                        self.lane, exc.code)  # fmt: skip
+            return False
+        hold = next((h for h in st.in_flight if h.ticket_id == rec.ticket_id), None)
+        if hold is None or hold.machine_id != self.backend.machine_id:
+            return False
+        view = claim_view(self.backend, hold.claim_id)
+        if view is None:
+            return False
+        self._ops, self.claim_id = view, hold.claim_id
+        self.ticket_id, self.fence = rec.ticket_id, hold.fence
+        self.hold, self.under_hold = hold, True
+        self.attempt_id = rec.attempt_id
+        self.receipts = Receipts(view, self.lane, rec.ticket_id)
+        self._say(
+            f"lane: {self.lane}: resuming job {rec.provider_job_id} under the in-flight hold of "
+            f"ticket {rec.ticket_id} (its slot is kept for the job); no new ticket"
+        )
+        return True
 
     async def _wait_for_grant(self, reply: LaneReply) -> LaneReply:
         deadline = None if self.max_wait is None else monotonic() + self.max_wait
@@ -313,6 +354,10 @@ class Turn(HumanCheck):
 
     async def _exit(self, exc: BaseException | None) -> None:
         await self._stop_heartbeat()
+        if self.under_hold:
+            # the old ticket ended long ago: nothing to release; an unfinished job stays in
+            # the journal (the next turn resumes it), a finished one ended the hold
+            return
         if isinstance(exc, ProviderHumanCheck) and not self.released and not self.lease_lost:
             await self.human_check()
         if self.released:

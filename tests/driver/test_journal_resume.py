@@ -8,16 +8,31 @@ import sqlite3
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from client.api import LaneClient
-from client.driver import AlreadySubmitted, ReconcileRequired, Turn
+from client.driver import (
+    AlreadySubmitted,
+    LeaseLost,
+    ReconcileRequired,
+    SyncTurn,
+    Turn,
+    TurnNotHeld,
+)
 from client.driver.example import SimulatedProvider
-from client.driver.journal import JOURNAL_FILE, NEEDS_RECONCILE, Journal, Window
+from client.driver.journal import (
+    JOURNAL_FILE,
+    NEEDS_LEASE_LOST,
+    NEEDS_RECONCILE,
+    Journal,
+    Window,
+)
+from client.sync import SyncLaneClient
 from tests.harness import ThreadedCoordinator
 
-from .kit import LANE, PY, FakeProvider, wait_until
+from .kit import LANE, PY, FakeProvider, Recording, wait_until
 
 H = "sha256:" + "77" * 32  # crash_worker.py's window: (LANE, proj, scene-1, H)
 WINDOW = Window(LANE, "proj", "scene-1", H)
@@ -104,9 +119,8 @@ async def test_resume_after_a_crash_between_submit_and_terminal(
     assert phases == ["lease-acquired", "provider-submitted", "provider-terminal"]
 
 
-# Holds off: the driver helpers do not resume under the old ticket's in-flight hold yet (issue
-# 18, client side); with a hold, this restarted driver would queue behind its own job until
-# holdUntil (docs/protocol.md#in-flight).
+# Holds off (in_flight_hold_seconds = 0): the lane keeps no slot for the job, so the restarted
+# driver acquires a new ticket and resumes (polls) the job on it. With holds on, the next test.
 @pytest.mark.no_in_flight_holds
 async def test_resume_on_a_new_ticket_when_the_old_lease_ran_out(
     coord: ThreadedCoordinator, clients: Clients, env: dict[str, str], state_dir: Path
@@ -125,6 +139,113 @@ async def test_resume_on_a_new_ticket_when_the_old_lease_ran_out(
     hist = await restarted.history(LANE)
     got = {(e.ticket_id, e.outcome, e.provider_job_id) for e in hist.entries}
     assert got == {(old, "expired", None), (turn.ticket_id, "completed", job)}
+
+
+class CountingAcquires(Recording):
+    """The real backend, counting acquires."""
+
+    acquires = 0
+
+    async def acquire(self, *a: Any, **k: Any) -> Any:
+        self.acquires += 1
+        return await self.inner.acquire(*a, **k)
+
+
+async def test_a_job_resumed_under_its_in_flight_hold_never_waits_for_its_own_slot(
+    coord: ThreadedCoordinator, clients: Clients, env: dict[str, str], state_dir: Path
+) -> None:
+    old = crash_driver(coord, env, state_dir, "after-submit")
+    coord.advance(16)  # the lease runs out: the alarm reaps it, the job keeps the slot (a hold)
+    other = clients("studio-b", "claim-b")
+    waiting = await other.acquire(LANE, "proj", "scene-9", H)
+    st = await other.status(LANE)
+    assert [h.ticket_id for h in st.in_flight] == [old] and st.held == []
+    assert [t.ticket_id for t in st.queued] == [waiting.ticket_id]  # behind the hold
+
+    provider = Counting(state_dir / "provider")
+    with Journal(state_dir / JOURNAL_FILE) as journal:
+        job = journal.get(WINDOW).provider_job_id  # type: ignore[union-attr]
+        restarted = CountingAcquires(clients("studio-a", "claim-restarted"))
+        # max_wait: a turn that queued behind its own job would fail here, not hang
+        turn = Turn(restarted, LANE, "proj", "scene-1", H, journal=journal, max_wait=5)
+        async with turn:
+            assert turn.under_hold and not turn.granted and not turn.adopted
+            assert turn.ticket_id == old and turn.claim_id == "claim-crashed"
+            assert turn.hold is not None and turn.hold.ticket_id == old and turn.resumable
+            status = await turn.run(submit=provider.submit, poll=provider.poll)
+            with pytest.raises(TurnNotHeld):
+                await turn.submit(provider.submit)  # no ticket to submit under
+        assert status == "completed" and provider.submits == 0 and provider.polls == [job]
+        assert restarted.acquires == 0  # finished without a new ticket
+        rec = journal.get(WINDOW)
+        assert rec is not None and (rec.phase, rec.outcome) == ("terminal", "completed")
+
+    # the provider-terminal receipt on the old ticket ended the hold and promoted the waiter
+    st = await other.status(LANE, include_receipts=True)
+    assert st.in_flight == [] and [t.ticket_id for t in st.held] == [waiting.ticket_id]
+    assert st.recent_receipts is not None
+    assert "provider-terminal" in {r.phase for r in st.recent_receipts if r.ticket_id == old}
+    hist = await other.history(LANE)
+    assert [(e.ticket_id, e.outcome, e.in_flight_ended) for e in hist.entries] == [
+        (old, "expired", "receipt")
+    ]
+    assert turn.released is False and turn.release_reply is None  # nothing to release
+
+
+async def test_a_lease_lost_job_is_resumed_under_its_hold(
+    coord: ThreadedCoordinator, clients: Clients, journal: Journal
+) -> None:
+    a = clients("studio-a", "claim-a")
+    provider = FakeProvider()
+    turn = Turn(a, LANE, "proj", "scene-1", H, journal=journal, lease_seconds=15,
+                heartbeat_interval=0.05)  # fmt: skip
+    with pytest.raises(LeaseLost):
+        async with turn:
+            job = await turn.submit(provider.submit)
+            await wait_until(lambda: turn.heartbeats_sent >= 1, what="a first heartbeat")
+            coord.advance(16)  # the alarm reaps the lease; the exit releases lease-lost
+            await wait_until(lambda: turn.lease_lost, what="the lease to be lost")
+    rec = journal.get(WINDOW)
+    assert rec is not None and (rec.phase, rec.needs) == ("lease-lost", NEEDS_LEASE_LOST)
+    assert [h.ticket_id for h in (await a.status(LANE)).in_flight] == [turn.ticket_id]
+
+    async with Turn(a, LANE, "proj", "scene-1", H, journal=journal, max_wait=5) as again:
+        assert again.under_hold and again.ticket_id == turn.ticket_id and not again.granted
+        assert await again.run(submit=provider.submit, poll=provider.poll) == "completed"
+    assert provider.submits == [job] and provider.polls == [job]
+    rec = journal.get(WINDOW)
+    assert rec is not None and (rec.phase, rec.outcome, rec.needs) == (
+        "terminal",
+        "completed",
+        None,
+    )
+    assert (await a.status(LANE)).in_flight == []
+    entries = (await a.history(LANE)).entries
+    assert [(e.ticket_id, e.in_flight_ended) for e in entries] == [(turn.ticket_id, "receipt")]
+
+
+def test_sync_turn_resumes_under_the_hold_and_reconciles_without_receipts(
+    coord: ThreadedCoordinator, env: dict[str, str], state_dir: Path
+) -> None:
+    old = crash_driver(coord, env, state_dir, "after-submit")
+    coord.advance(16)
+    provider = FakeProvider()
+    with (
+        Journal(state_dir / JOURNAL_FILE) as journal,
+        SyncLaneClient.wrap(coord.client("studio-a", "claim-restarted")) as lane,
+    ):
+        job = journal.get(WINDOW).provider_job_id  # type: ignore[union-attr]
+        # receipts off: the turn ends the hold with reconcile instead of a receipt
+        with SyncTurn(lane, LANE, "proj", "scene-1", H, journal=journal, receipts=False,
+                      max_wait=5) as turn:  # fmt: skip
+            assert turn.under_hold and turn.ticket_id == old
+            assert turn.run(submit=provider.submit_sync, poll=provider.poll_sync) == "completed"
+        assert provider.submits == [] and provider.polls == [job]
+        assert lane.status(LANE).in_flight == []
+        entries = lane.history(LANE).entries
+        assert [(e.ticket_id, e.in_flight_ended) for e in entries] == [
+            (old, "reconciled:completed")
+        ]
 
 
 async def test_a_crash_during_submit_is_reconciled_before_any_submit(
