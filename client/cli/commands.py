@@ -1,4 +1,4 @@
-"""The one-shot lane commands — status, acquire, heartbeat, release, receipt, cooldown,
+"""The one-shot lane commands — status, acquire, heartbeat, release, reconcile, receipt, cooldown,
 history — and what every lane command shares: the lane from --lane or --route/--account,
 the settings, the backend (the shared coordinator or the local queue)."""
 
@@ -30,7 +30,13 @@ from client.clock import wall
 from client.config import ENV_ACCOUNT, Settings, connect, load_settings
 from client.driver.payload_check import check_payload
 from client.errors import PreProviderError
-from client.models import CooldownReply, HeartbeatReply, ReceiptReply, ReleaseReply
+from client.models import (
+    CooldownReply,
+    HeartbeatReply,
+    ReceiptReply,
+    ReconcileReply,
+    ReleaseReply,
+)
 from coordinator.protocol.errors import LaneError
 from coordinator.protocol.names import parse_lane
 
@@ -117,6 +123,9 @@ async def cmd_simple(args: argparse.Namespace, settings: Settings, lane: str) ->
             rel = await b.release(lane, args.ticket, args.outcome, args.provider_job, args.note)
             why = "" if rel.released else f"lane: not released: {rel.reason}"
             return _answer(args, rel, lambda: _release_text(rel), why, ok=rel.released)
+        if cmd == "reconcile":
+            rc = await b.reconcile(lane, args.ticket, args.outcome, args.provider_job_id, args.note)
+            return _answer(args, rc, lambda: _reconcile_text(rc))
         if cmd == "receipt":
             payload = read_payload(args.payload_file)
             # docs/protocol.md#driver-rules: hashes, ids and counts — never a prompt, a path,
@@ -175,6 +184,12 @@ def _release_text(r: ReleaseReply) -> str:
     if r.reason:
         lines.append(f"reason     {r.reason}")
     return "\n".join(lines)
+
+
+def _reconcile_text(r: ReconcileReply) -> str:
+    return (
+        f"reconciled {'yes' if r.reconciled else 'no'}\npromoted   {', '.join(r.promoted) or '-'}"
+    )
 
 
 def _receipt_text(r: ReceiptReply) -> str:

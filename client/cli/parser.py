@@ -10,7 +10,7 @@ from typing import NoReturn
 from client.cli.exits import EXIT_USAGE
 from client.drill import DEFAULT_DRILL_LANE, DEFAULT_PARTNER_TIMEOUT
 from coordinator import __version__
-from coordinator.engine.model import RELEASE_OUTCOMES, ReceiptPhase
+from coordinator.engine.model import RECONCILE_OUTCOMES, RELEASE_OUTCOMES, ReceiptPhase
 
 PHASES = tuple(p.value for p in ReceiptPhase)
 DEFAULT_TRACE_INTERVAL = 30.0
@@ -129,6 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--outcome", choices=RELEASE_OUTCOMES,
                    help="how the ticket ended (default: none, recorded as null)")  # fmt: skip
     p.add_argument("--provider-job", help="the provider's job id (<=256)")
+    p.add_argument("--note", help="a short note (<=500)")
+
+    p = sub.add_parser("reconcile", parents=c, help="end an ended ticket's in-flight job")
+    _ticket_arg(p)
+    p.add_argument("--outcome", required=True, choices=RECONCILE_OUTCOMES,
+                   help="how the provider job ended (not-found: it has none)")  # fmt: skip
+    p.add_argument("--provider-job-id", help="the provider's job id (<=256)")
     p.add_argument("--note", help="a short note (<=500)")
 
     p = sub.add_parser("receipt", parents=c, help="append an immutable receipt")

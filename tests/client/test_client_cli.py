@@ -108,6 +108,43 @@ def test_json_commands_and_exit_codes(
         no_secret(coordinator, r.out, r.err)
 
 
+def test_reconcile_ends_an_in_flight_job_and_promotes(
+    coordinator: ThreadedCoordinator, lane_env: dict[str, str]
+) -> None:
+    a = shared_env(lane_env, coordinator, "studio-a")
+    b = shared_env(lane_env, coordinator, "studio-b")
+    ta = lane("acquire", "--lane", LANE, *IDENT, "--json", env=a).json()["ticket"]["ticketId"]
+    tb = lane("acquire", "--lane", LANE, "--project", "p", "--scene", "s2", "--prompt-hash", "h2",
+              "--json", env=b).json()["ticket"]["ticketId"]  # fmt: skip
+    job = json.dumps({"providerJobId": "job-1"})
+    sub = lane("receipt", "--lane", LANE, "--ticket", ta, "--phase", "provider-submitted",
+               "--payload-file", "-", env=a, stdin=job)  # fmt: skip
+    assert sub.code == 0, sub.err
+    lost = lane("release", "--lane", LANE, "--ticket", ta, "--outcome", "lease-lost", env=a)
+    assert lost.code == 0, lost.err
+    st = lane("status", "--lane", LANE, "--json", env=a).json()
+    assert [j["ticketId"] for j in st["inFlight"]] == [ta] and st["held"] == []
+
+    bad = lane("reconcile", "--lane", LANE, "--ticket", ta, "--outcome", "done", env=a)
+    assert bad.code == 2  # not an outcome: usage
+    other = lane("reconcile", "--lane", LANE, "--ticket", ta, "--outcome", "completed", env=b)
+    assert other.code == 1 and "not-owner" in other.err
+    rc = lane("reconcile", "--lane", LANE, "--ticket", ta, "--outcome", "completed",
+              "--provider-job-id", "job-1", "--note", "seen in the dashboard", "--json",
+              env=a)  # fmt: skip
+    assert rc.code == 0, rc.err
+    assert rc.json()["reconciled"] is True and rc.json()["promoted"] == [tb]
+    again = lane("reconcile", "--lane", LANE, "--ticket", ta, "--outcome", "completed", env=a)
+    assert again.code == 1 and "not-in-flight" in again.err
+    table = lane("reconcile", "--lane", LANE, "--ticket", "t_nope", "--outcome", "failed", env=a)
+    assert table.code == 1 and "not-found" in table.err
+    hist = lane("history", "--lane", LANE, "--json", env=a).json()
+    row = next(e for e in hist["entries"] if e["ticketId"] == ta)
+    assert row["inFlightEnded"] == "reconciled:completed"
+    for r in (sub, lost, rc, again):
+        no_secret(coordinator, r.out, r.err)
+
+
 def test_tables_are_readable(coordinator: ThreadedCoordinator, lane_env: dict[str, str]) -> None:
     env = shared_env(lane_env, coordinator)
     acq = lane("acquire", "--lane", LANE, *IDENT, env=env)
