@@ -63,9 +63,24 @@ def test_schemathesis_finds_no_failure(tmp_path: Path) -> None:
         out = run.stdout + run.stderr
         assert "Configuration:" in out and "schemathesis.toml" in out, out[-3000:]
         assert run.returncode == 0, out[-6000:]
-        assert "No issues found" in out, out[-3000:]
+        assert "No issues found" in out or _only_reconcile_unreached(out), out[-3000:]
         assert srv.proc.poll() is None, "the coordinator died under the run"
     finally:
         code = srv.stop()
     assert code == 0, srv.text[-3000:]
     assert not srv.events("http.internal_error"), "a request ended in an internal error (503)"
+
+
+def _only_reconcile_unreached(out: str) -> bool:
+    """The one warning allowed: POST /v1/lanes/reconcile answers 2xx only for a ticket holding
+    an in-flight slot, which takes three calls in order (a `provider-submitted` receipt, then
+    a `lease-lost` release or an expiry) — beyond the generator, so its generated calls are
+    404/409 by design ("missing test data"; tests/integration/test_in_flight.py covers the
+    2xx path). schemathesis applies its warning settings per run, not per operation, so the
+    run is judged here: no other warning (a failure is a non-zero exit, checked before)."""
+    warnings = out.split("WARNINGS", 1)[-1] if "WARNINGS" in out else ""
+    return (
+        "Missing test data: 1 operation repeatedly returned 404" in out
+        and "- POST /v1/lanes/reconcile" in warnings
+        and warnings.count("\n  - ") == 1
+    )
