@@ -262,8 +262,9 @@ class LaneCore(LaneSlots):
         released, reason = False, None
         owner = is_owner(t, call.machine_id, call.claim_id)
         if owner and t.holds_in_flight and cmd.outcome in IN_FLIGHT_TERMINAL_OUTCOMES:
-            # a late release that says the job ended ends its in-flight job
-            how = f"released:{cmd.outcome}"
+            # a late release that says the job ended reconciles its in-flight job (the
+            # contract's values; `lateOutcome` keeps that it came as a release)
+            how = f"reconciled:{cmd.outcome}"
             self._end_in_flight(t, how, now, call.machine_id, IncidentKind.IN_FLIGHT_ENDED, fx)
             self._promote(now, fx)
         if not owner:

@@ -104,8 +104,8 @@ class LaneSlots(LaneViews):
         kind: IncidentKind,
         fx: Effects,
     ) -> None:
-        """The ticket's in-flight job ends (`how`: receipt, reconciled:<outcome>,
-        released:<outcome>, expired); its slot is free (the caller promotes)."""
+        """The ticket's in-flight job ends (`how`: receipt, reconciled:<outcome>, expired);
+        its slot is free (the caller promotes)."""
         assert t.in_flight_until is not None
         self._unhold(t)
         t.in_flight_ended = how

@@ -99,8 +99,8 @@ class Ticket:
     submitted_at: float | None = None
     terminal_at: float | None = None
     # The in-flight job the ticket left when it ended: its holdUntil, and how the hold ended
-    # (None while it holds: "receipt", "reconciled:<outcome>", "released:<outcome>",
-    # "expired").
+    # (None while it holds: "receipt", "reconciled:<outcome>" — a reconcile or a late
+    # release — or "expired").
     in_flight_until: float | None = None
     in_flight_ended: str | None = None
 

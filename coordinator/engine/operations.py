@@ -22,6 +22,7 @@ machines seen survive the lane's close and a restart, and every replica loads th
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -124,7 +125,7 @@ _C = TypeVar("_C", commands.Heartbeat, commands.Release, commands.Cooldown, comm
 
 
 @dataclass(slots=True, frozen=True)
-class _TicketCommandOp(Generic[_C, R]):
+class _TicketCommandOp(ABC, Generic[_C, R]):
     cmd: _C
     creates: bool = False
 
@@ -135,8 +136,9 @@ class _TicketCommandOp(Generic[_C, R]):
         reply, fx = self._step(core, now, reads.ticket)
         return Result(reply, answered(core, now, fx))
 
+    @abstractmethod
     def _step(self, core: LaneCore, now: float, ended: Ticket | None) -> tuple[R, Effects]:
-        raise NotImplementedError
+        """The core's method of the command's name."""
 
 
 @dataclass(slots=True, frozen=True)

@@ -109,7 +109,7 @@ async def test_a_late_release_with_a_terminal_outcome_ends_the_hold(server: Runn
     rel = await server.ok("release", ticket_body(SOLO, a, outcome="completed"))
     assert (rel["released"], rel["reason"], rel["promoted"]) == (False, "expired", [b])
     row = await _row(server, a)
-    assert row["lateOutcome"] == "completed" and row["inFlightEnded"] == "released:completed"
+    assert row["lateOutcome"] == "completed" and row["inFlightEnded"] == "reconciled:completed"
 
 
 async def test_a_late_hand_release_keeps_the_hold(server: Running) -> None:

@@ -159,7 +159,7 @@ def test_a_late_release_with_a_terminal_outcome_ends_the_hold(outcome: str) -> N
     assert reply["released"] is False and reply["reason"] == "expired"
     assert reply["promoted"] == [b]
     assert h.t(a).late_outcome == outcome
-    assert h.t(a).in_flight_ended == f"released:{outcome}"
+    assert h.t(a).in_flight_ended == f"reconciled:{outcome}"
 
 
 @pytest.mark.parametrize("outcome", ["lease-lost", "timeout", None])
