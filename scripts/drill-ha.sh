@@ -158,6 +158,9 @@ if command -v setsid >/dev/null 2>&1; then
   session=(setsid)
 fi
 for n in 1 2; do
+  # made here, not by the background job's redirection, which may not have run yet when the
+  # loop below first reads it (a loaded machine: `sed: can't read …` and a failed drill)
+  : >"$work/replica-$n.log"
   "${session[@]}" env -u LANE_COORDINATOR_TOKEN -u LANE_COORDINATOR_STORE \
     PGPASSFILE="$work/pgpass" "$BIN/lane-coordinator" serve --store "$dsn" \
     --host 127.0.0.1 --port 0 --config "$CONFIG" --token-file "$work/token" \
