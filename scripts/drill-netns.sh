@@ -103,6 +103,7 @@ umask 077
 "$BIN/python" -c 'import secrets; print(secrets.token_urlsafe(32))' >"$work/token"
 token=$(cat "$work/token")
 mkdir -p "$work/data"
+: >"$work/server.log" # before its start is awaited (not left to the job's redirection)
 ip netns exec "$NSC" "$BIN/lane-coordinator" serve --host 0.0.0.0 --port 0 \
   --data-dir "$work/data" --config "$CONFIG" --token-file "$work/token" 2>"$work/server.log" &
 server_pid=$!

@@ -52,6 +52,7 @@ umask 077
 "$BIN/python" -c 'import secrets; print(secrets.token_urlsafe(32))' >"$work/token"
 token=$(cat "$work/token")
 
+: >"$work/server.log" # before its start is awaited (not left to the job's redirection)
 "$BIN/lane-coordinator" serve --host 127.0.0.1 --port 0 --data-dir "$data" \
   --config "$CONFIG" --token-file "$work/token" 2>"$work/server.log" &
 server_pid=$!
