@@ -18,6 +18,7 @@ DEFAULT_HOLD_SECONDS: Final = 300.0  # ETA basis before a lane has measured hold
 DEFAULT_IN_FLIGHT_HOLD_SECONDS: Final = 1800.0
 MAX_IN_FLIGHT_HOLD_SECONDS: Final = 86400.0
 ETA_HOLD_SAMPLE_SIZE: Final = 20  # recent hold durations averaged for the ETA
+ETA_ERROR_GRANTS: Final = 100  # a lane's last grants its etaError is over
 # A parked await is a waiter's keep-alive: the waiter timeout must outlast the longest await
 # plus this margin (network, a client's retry), or a waiter is abandoned mid-poll.
 WAITER_TIMEOUT_MARGIN_SECONDS: Final = 30.0

@@ -208,7 +208,12 @@ class LaneCore(LaneSlots):
         fx.changes.append(PutTicket(t))
         fx.changes.append(PutCounters(self.last_fence, self.next_seq))
         self._promote(now, fx)
-        return self.lane_reply(t, now, caller_owns=True, duplicate=False), fx
+        reply = self.lane_reply(t, now, caller_owns=True, duplicate=False)
+        # the ETA this ticket was first given, written with its row (docs/protocol.md#eta-error)
+        t.eta_first_seconds = reply.ticket.eta_seconds
+        if t.state is TicketState.HELD:  # granted at once: a grant with 0 given, 0 waited
+            self._count_eta_error(t)
+        return reply, fx
 
     def await_(
         self, call: commands.TicketCall, now: float, ended: Ticket | None

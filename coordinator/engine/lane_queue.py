@@ -8,6 +8,7 @@ from collections import deque
 from sortedcontainers import SortedList
 
 from coordinator.constants import ETA_HOLD_SAMPLE_SIZE, EVIDENCE_RECENT_SECONDS, SEEN_WRITE_SECONDS
+from coordinator.engine.eta_error import EtaErrors, grant_error
 from coordinator.engine.model import (
     Effects,
     LaneSettings,
@@ -43,6 +44,7 @@ class LaneQueue:
         self.served: dict[str, int] = dict(snapshot.project_served)
         self.pause: Pause | None = snapshot.pause
         self.holds: deque[float] = deque(snapshot.recent_holds, maxlen=ETA_HOLD_SAMPLE_SIZE)
+        self.eta_errors = EtaErrors(snapshot.recent_eta_errors)
         self.history_count = snapshot.history_count
         self.incident_count = snapshot.incident_count
         self.last_collision = snapshot.last_collision
@@ -100,6 +102,12 @@ class LaneQueue:
         if self.in_flight.pop(t.ticket_id, None) is not None:
             assert t.in_flight_until is not None
             self.hold_ends.discard((t.in_flight_until, t.ticket_id))
+
+    def _count_eta_error(self, t: Ticket) -> None:
+        """A grant: its ETA error joins the lane's window (a ticket with no recorded first
+        ETA, stored before the record existed, has none)."""
+        if t.eta_first_seconds is not None and t.held_at is not None:
+            self.eta_errors.add(grant_error(t.eta_first_seconds, t.enqueued_at, t.held_at))
 
     def slots_taken(self) -> int:
         """Held tickets and in-flight jobs: what capacity counts."""

@@ -77,6 +77,7 @@ class LaneViews(LaneQueue):
             pause=self.pause_view(now),
             now=now,
             in_flight=[self.in_flight_view(t) for t in self.in_flight_jobs()],
+            eta_error=self.eta_errors.summary(),
         )
 
     def in_flight_jobs(self) -> list[Ticket]:

@@ -57,6 +57,14 @@ class ReadQueries:
         self.holds = (
             f"SELECT ended_at - held_at AS d FROM tickets {ended} AND held_at IS NOT NULL {log} {p}"
         )
+        # the lane's last grants, by fence (a grant's fence: its index), for their ETA errors:
+        # every ticket ever granted that is still stored (held, in flight or in the render
+        # log) and was given a first ETA
+        self.eta_errors = (
+            f"SELECT eta_first_seconds, enqueued_at, held_at FROM tickets WHERE {lane}"
+            "fence IS NOT NULL AND held_at IS NOT NULL AND eta_first_seconds IS NOT NULL "
+            f"ORDER BY fence DESC LIMIT {p}"
+        )
         self.seen = (
             f"SELECT machine_id, last_seen_at FROM machines_seen WHERE {lane}last_seen_at >= "
             f"{d.seen_since} ORDER BY last_seen_at DESC LIMIT {MACHINES_LISTED_MAX}"

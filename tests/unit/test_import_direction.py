@@ -54,6 +54,7 @@ CLIENT_MODULES = (
 ENGINE_MODULES = (
     "coordinator.engine",
     "coordinator.engine.commands",
+    "coordinator.engine.eta_error",
     "coordinator.engine.lane",
     "coordinator.engine.lane_queue",
     "coordinator.engine.lane_slots",
