@@ -15,6 +15,8 @@ with the same load generator; CPU, RSS and fds are read from the server's /proc 
    alarm that fell due while down has fired
 9. PostgreSQL beside SQLite: 9a/9b as 2 and 1, 9c cross-replica hand-off (SKIPPED without
    PostgreSQL)
+10. the ETA error on a mixed workload (two projects, varied holds, pauses; virtual time):
+   median and p90, and the lane's own etaError checked against the bench's count
 
 Exit status 1 when a shape could not be measured (an ERROR row), else 0: a MISS is a figure,
 not a failure of the bench.
@@ -29,7 +31,7 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from bench import pg, run
+from bench import eta, pg, run
 from bench.common import raise_own_fd_limit
 from bench.context import Context
 from bench.report import Report
@@ -46,8 +48,12 @@ def _load() -> str:
 async def bench(s: Settings) -> int:
     raise_own_fd_limit()
     report = Report()
-    runners: dict[str, Callable[[Context], Awaitable[None]]] = {**run.RUNNERS, "9": pg.shape9}
-    declared = {**run.rows(s), "9": pg.rows(s)}
+    runners: dict[str, Callable[[Context], Awaitable[None]]] = {
+        **run.RUNNERS,
+        "9": pg.shape9,
+        "10": eta.shape10,
+    }
+    declared = {**run.rows(s), "9": pg.rows(s), "10": eta.rows(s)}
     with tempfile.TemporaryDirectory(prefix="lane-bench-") as tmpd:
         ctx = Context(s, Path(tmpd), report)
         print(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from coordinator.constants import JANITOR_INTERVAL_SECONDS, LANE_IDLE_CLOSE_SECONDS
 
-SHAPES = ("1", "2", "3", "4", "5", "6", "7", "8", "9")
+SHAPES = ("1", "2", "3", "4", "5", "6", "7", "8", "9", "10")
 # (env var, full run, --quick, what it sets)
 KNOBS: dict[str, tuple[str, float, float, str]] = {
     "seconds": ("BENCH_SECONDS", 5, 1.5, "seconds per throughput measurement (each side)"),
@@ -31,6 +31,7 @@ KNOBS: dict[str, tuple[str, float, float, str]] = {
     "restart_small": ("BENCH_RESTART_SMALL", 100, 100, "the small restart beside it (8)"),
     "pg": ("BENCH_PG", 1, 1, "0: skip the PostgreSQL rows (9)"),
     "pg_fsync": ("BENCH_PG_FSYNC", 1, 1, "0: the PostgreSQL cluster runs with fsync=off"),
+    "eta_jobs": ("BENCH_ETA_JOBS", 600, 200, "jobs of the ETA-error workload (10)"),
 }
 
 
@@ -52,6 +53,7 @@ class Settings:
     restart_small: int
     pg: bool
     pg_fsync: bool
+    eta_jobs: int
 
     def wants(self, *shapes: str) -> bool:
         return any(s in self.only for s in shapes)
@@ -105,4 +107,5 @@ def parse(argv: list[str] | None = None, env: dict[str, str] | None = None) -> S
         restart_small=int(v("restart_small")),
         pg=bool(v("pg")),
         pg_fsync=bool(v("pg_fsync")),
+        eta_jobs=int(v("eta_jobs")),
     )
