@@ -103,7 +103,7 @@ class LaneCore(LaneSlots):
         t.state = TicketState.EXPIRED
         t.outcome = Outcome.EXPIRED.value
         t.ended_at = expiry
-        self.holds.append(max(0.0, expiry - t.held_at))
+        self.hold_samples.add(t.project, max(0.0, expiry - t.held_at))
         fx.changes.append(PutTicket(t))
         fx.woken.add(t.ticket_id)
         self._count_history(fx)
@@ -119,7 +119,7 @@ class LaneCore(LaneSlots):
         t.outcome = outcome
         t.ended_at = at
         if was_held and t.held_at is not None:
-            self.holds.append(max(0.0, at - t.held_at))
+            self.hold_samples.add(t.project, max(0.0, at - t.held_at))
         fx.changes.append(PutTicket(t))
         fx.woken.add(t.ticket_id)
         self._count_history(fx)

@@ -283,7 +283,8 @@ class LaneSnapshot:
     next_seq: int = 1
     project_served: dict[str, int] = field(default_factory=dict)
     pause: Pause | None = None
-    recent_holds: list[float] = field(default_factory=list)  # oldest first
+    # the lane's last measured holds (project, seconds), the oldest first (eta_estimate.py)
+    recent_holds: list[tuple[str, float]] = field(default_factory=list)
     # the ETA errors of the lane's last grants (engine/eta_error.py), the oldest grant first
     recent_eta_errors: list[float] = field(default_factory=list)
     history_count: int = 0

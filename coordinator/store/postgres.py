@@ -35,7 +35,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow
 
 from coordinator import failpoints
-from coordinator.constants import ETA_ERROR_GRANTS, ETA_HOLD_SAMPLE_SIZE, EVIDENCE_RECENT_SECONDS
+from coordinator.constants import ETA_ERROR_GRANTS, ETA_HOLD_WINDOW, EVIDENCE_RECENT_SECONDS
 from coordinator.engine.model import Change, IncidentKind, LaneSnapshot
 from coordinator.engine.store import LaneHead, LockingStore, Writes
 from coordinator.errors import StoreError
@@ -358,7 +358,7 @@ class PostgresLaneStore(LaneReads, LockingStore):
                 (q.live, (lane,)),
                 (_LOAD_HEAD, (IncidentKind.DUPLICATE_COLLISION.value, lane)),
                 (q.projects, (lane,)),
-                (q.holds, (lane, ETA_HOLD_SAMPLE_SIZE)),
+                (q.holds, (lane, ETA_HOLD_WINDOW)),
                 (q.seen, (lane, lane, EVIDENCE_RECENT_SECONDS)),
                 (q.in_flight, (lane,)),
                 (q.eta_errors, (lane, ETA_ERROR_GRANTS)),

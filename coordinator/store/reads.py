@@ -55,7 +55,8 @@ class ReadQueries:
         self.in_flight = f"{tickets} WHERE {lane}{HOLDS_IN_FLIGHT} ORDER BY in_flight_until"
         self.projects = f"SELECT project, last_fence FROM projects{where_lane}"
         self.holds = (
-            f"SELECT ended_at - held_at AS d FROM tickets {ended} AND held_at IS NOT NULL {log} {p}"
+            f"SELECT project, ended_at - held_at AS d FROM tickets {ended} AND held_at IS NOT NULL "
+            f"{log} {p}"
         )
         # the lane's last grants, by fence (a grant's fence: its index), for their ETA errors:
         # every ticket ever granted that is still stored (held, in flight or in the render

@@ -111,9 +111,10 @@ def projects_from_rows(rows: Sequence[Row]) -> dict[str, int]:
     return {r["project"]: int(r["last_fence"]) for r in rows}
 
 
-def holds_from_rows(rows: Sequence[Row]) -> list[float]:
-    """The recent hold durations, the oldest first (ReadQueries.holds reads the newest first)."""
-    return [max(0.0, float(r["d"])) for r in reversed(rows)]
+def holds_from_rows(rows: Sequence[Row]) -> list[tuple[str, float]]:
+    """The recent holds (project, seconds), the oldest first (ReadQueries.holds reads the
+    newest first)."""
+    return [(r["project"], max(0.0, float(r["d"]))) for r in reversed(rows)]
 
 
 def eta_errors_from_rows(rows: Sequence[Row]) -> list[float]:

@@ -114,7 +114,8 @@ async def run_scenario(srvs: Sequence[Running], clock: TestManualClock, lane: st
     )
     await at(340)
     d = await acquire("mD", "p1")
-    # the pause left (50 s) + C's slot: the mean hold (120, 200: 160 s) less the 20 s C held it
+    # the pause left (50 s) + C's slot: the lane's mean hold (120, 200: 160 s; C's project has
+    # none yet) less the 20 s C held it
     assert d["etaSeconds"] == 50 + 160 - 20
     await at(350)
     assert await release(c) == []  # paused: nobody is promoted
@@ -137,7 +138,7 @@ async def run_scenario(srvs: Sequence[Running], clock: TestManualClock, lane: st
     known.grant(e["ticketId"], clock.now())
     await at(510)
     f = await acquire("mF", "p3")
-    assert f["etaSeconds"] == (120 + 200 + 30 + 10) / 4 - 10  # E's slot: the mean hold less 10 s
+    assert f["etaSeconds"] == 200 - 10  # E's slot: its project's hold (B's 200 s) less 10 s
     await at(600)  # E held 100 s
     assert await release(e) == [f["ticketId"]]
     return known
@@ -168,8 +169,8 @@ async def assert_reported(srv: Running, known: Known) -> dict[str, Any]:
 async def test_the_reported_eta_error_is_what_happened(server: Running) -> None:
     assert (await server.ok("status", {"lane": SOLO}))["etaError"] is None  # no grant yet
     known = await run_scenario([server], server.clock, SOLO)
-    # by hand: |0−0|, |290−110|, |580−300|, |190−50|, |1785−90|, |80−90|
-    assert known.errors() == [0.0, 180.0, 280.0, 140.0, 1695.0, 10.0]
+    # by hand: |0−0|, |290−110|, |580−300|, |190−50|, |1785−90|, |190−90|
+    assert known.errors() == [0.0, 180.0, 280.0, 140.0, 1695.0, 100.0]
     want = await assert_reported(server, known)
     assert want == {"grants": 6, "medianSeconds": 140.0, "p90Seconds": 1695.0}
 

@@ -25,7 +25,7 @@ async def test_both_replicas_report_the_eta_error_that_happened(
     ]
     try:
         known = await run_scenario(running, clock, LANE)
-        assert known.errors() == [0.0, 180.0, 280.0, 140.0, 1695.0, 10.0]
+        assert known.errors() == [0.0, 180.0, 280.0, 140.0, 1695.0, 100.0]
         want = by_rank(known.errors())
         for srv in running:
             assert await assert_reported(srv, known) == want
