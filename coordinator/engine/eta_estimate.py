@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from coordinator.constants import ETA_HOLD_SAMPLE_SIZE, ETA_HOLD_WINDOW
 
@@ -23,11 +23,15 @@ class HoldSamples:
         self._lane: deque[float] = deque(maxlen=ETA_HOLD_SAMPLE_SIZE)
         self._projects: dict[str, deque[float]] = {}
         self._in_window: dict[str, int] = {}  # project -> its holds in the window
+        self._means: dict[str, float] = {}  # project -> its hold, until the next add
+        self._lane_mean: float | None = None
         for project, seconds in recent:
             self.add(project, seconds)
 
     def add(self, project: str, seconds: float) -> None:
         """A hold measured (a held ticket ended): it joins the window, the oldest leaves."""
+        self._means.clear()
+        self._lane_mean = None
         if len(self._window) == ETA_HOLD_WINDOW:
             old, _ = self._window.popleft()
             n = self._in_window[old]
@@ -51,24 +55,19 @@ class HoldSamples:
 
     def lane(self) -> float:
         """The lane's hold: the mean of its last holds, else the configured default."""
-        return sum(self._lane) / len(self._lane) if self._lane else self.default
+        if self._lane_mean is None:
+            self._lane_mean = sum(self._lane) / len(self._lane) if self._lane else self.default
+        return self._lane_mean
 
     def project(self, project: str) -> float:
-        """A project's hold: the mean of its last holds in the window, else the lane's."""
-        samples = self._projects.get(project)
-        return sum(samples) / len(samples) if samples else self.lane()
-
-    def per_project(self) -> Callable[[str], float]:
-        """`project` remembered for one computation (a status lists many tickets)."""
-        memo: dict[str, float] = {}
-
-        def hold(project: str) -> float:
-            h = memo.get(project)
-            if h is None:
-                h = memo[project] = self.project(project)
-            return h
-
-        return hold
+        """A project's hold: the mean of its last holds in the window, else the lane's
+        (each mean worked out once between two holds: a status reads it per ticket)."""
+        mean = self._means.get(project)
+        if mean is None:
+            samples = self._projects.get(project)
+            mean = sum(samples) / len(samples) if samples else self.lane()
+            self._means[project] = mean
+        return mean
 
 
 def free_times(taken: list[float], capacity: int) -> list[float]:

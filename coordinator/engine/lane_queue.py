@@ -261,6 +261,8 @@ class LaneQueue:
         """The projects of the first `limit` queued tickets in promotion order (what
         `promotion_order` lists, without building it: round r takes each project that still
         has an r-th ticket, in the order's project order)."""
+        if limit <= len(self.order):  # within the first round: every project once, in order
+            return [key[2] for key in self.order.islice(0, limit)]
         counts = [(key[2], len(self.queues[key[2]])) for key in self.order]
         out: list[str] = []
         rnd = 0
@@ -275,7 +277,7 @@ class LaneQueue:
         after its project's hold less the time it has held; an in-flight job's at its
         holdUntil — its driver is gone, only a receipt, a reconcile or the alarm is known to
         end it (docs/decisions.md)."""
-        hold = self.hold_samples.per_project()
+        hold = self.hold_samples.project
         taken = [
             max(0.0, hold(t.project) - (now - (now if t.held_at is None else t.held_at)))
             for t in self.held.values()
@@ -297,14 +299,14 @@ class LaneQueue:
         hold)."""
         if position <= 0:
             return 0.0
-        hold = self.hold_samples.per_project()
+        hold = self.hold_samples.project
         ahead = [hold(p) for p in self._projects_ahead(min(position - 1, ETA_SIMULATED_TICKETS))]
         wait = wait_at(self._slot_free_times(now), ahead, position, self.hold_samples.lane())
         return round(self._pause_left(now) + wait, 3)
 
     def etas(self, queued: list[Ticket], now: float) -> list[float]:
         """`eta` of each of the first queued tickets, in promotion order, in one pass."""
-        hold = self.hold_samples.per_project()
+        hold = self.hold_samples.project
         holds = [hold(t.project) for t in queued[:ETA_SIMULATED_TICKETS]]
         free = self._slot_free_times(now)
         pause_left = self._pause_left(now)
