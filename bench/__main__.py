@@ -15,6 +15,10 @@ with the same load generator; CPU, RSS and fds are read from the server's /proc 
    alarm that fell due while down has fired
 9. PostgreSQL beside SQLite: 9a/9b as 2 and 1, 9c cross-replica hand-off (SKIPPED without
    PostgreSQL)
+peers. the peer table (`--peers`, `make bench-peers`; bench/peers/): ours on SQLite and on
+   PostgreSQL (one replica, two) beside etcd, Redis, the plain-PostgreSQL recipe and a bare
+   FIFO semaphore, the same shapes for all, the fairness notes, and issue 21's targets
+   P1-P8 as ratios within the run (a peer that cannot be had prints SKIPPED)
 
 Exit status 1 when a shape could not be measured (an ERROR row), else 0: a MISS is a figure,
 not a failure of the bench.
@@ -32,6 +36,7 @@ from pathlib import Path
 from bench import pg, run
 from bench.common import raise_own_fd_limit
 from bench.context import Context
+from bench.peers.table import TARGETS, shape_peers
 from bench.report import Report
 from bench.settings import SHAPES, Settings, parse
 
@@ -46,8 +51,16 @@ def _load() -> str:
 async def bench(s: Settings) -> int:
     raise_own_fd_limit()
     report = Report()
-    runners: dict[str, Callable[[Context], Awaitable[None]]] = {**run.RUNNERS, "9": pg.shape9}
-    declared = {**run.rows(s), "9": pg.rows(s)}
+    runners: dict[str, Callable[[Context], Awaitable[None]]] = {
+        **run.RUNNERS,
+        "9": pg.shape9,
+        "peers": shape_peers,
+    }
+    declared = {
+        **run.rows(s),
+        "9": pg.rows(s),
+        "peers": [(t.key, t.shape, t.target) for t in TARGETS],
+    }
     with tempfile.TemporaryDirectory(prefix="lane-bench-") as tmpd:
         ctx = Context(s, Path(tmpd), report)
         print(
