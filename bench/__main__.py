@@ -27,7 +27,9 @@ not a failure of the bench.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -48,8 +50,18 @@ def _load() -> str:
         return "?"
 
 
+def _cancel_on_sigterm() -> None:
+    """SIGTERM (a `timeout`, a CI limit) ends the run as Ctrl-C does: the main task is
+    cancelled, so every `finally` stops the servers, clusters and peers it started."""
+    task = asyncio.current_task()
+    if task is not None:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+
+
 async def bench(s: Settings) -> int:
     raise_own_fd_limit()
+    _cancel_on_sigterm()
     report = Report()
     runners: dict[str, Callable[[Context], Awaitable[None]]] = {
         **run.RUNNERS,
@@ -88,7 +100,15 @@ async def bench(s: Settings) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return asyncio.run(bench(parse(argv)))
+    settings = parse(argv)
+    try:
+        return asyncio.run(bench(settings))
+    except KeyboardInterrupt:  # the run's `finally` blocks have stopped what it started
+        print("bench: interrupted", file=sys.stderr)
+        return 130
+    except asyncio.CancelledError:  # SIGTERM, likewise
+        print("bench: terminated", file=sys.stderr)
+        return 143
 
 
 if __name__ == "__main__":

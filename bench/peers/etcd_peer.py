@@ -11,8 +11,8 @@ would copy: each client grants one lease (its session) and a lane's slot is the 
 - wait, N = 1: Mutex's waitDeletes — range the newest key created before ours
   (max_create_revision = ours − 1, one key); none: held; else watch that key's DELETE from
   the range's revision + 1 (no event can slip between), then range again.
-  N > 1: count the keys created before ours; fewer than N: held; else watch the prefix's
-  DELETEs and count again.
+  N > 1: list the keys created before ours (keys only); fewer than N: held; else watch the
+  prefix's DELETEs and list again.
 - release: delete the key.
 
 The v3 lock API (/v3/lock/lock) is the same Mutex run inside the server, for N = 1 only, and
@@ -131,8 +131,8 @@ class EtcdClient(Client):
             }
             if self.capacity == 1:
                 before |= {"sort_order": "DESCEND", "sort_target": "CREATE", "limit": "1"}
-            else:
-                before |= {"count_only": True}
+            else:  # (count_only would count every key: the revision filter prunes kvs only)
+                before |= {"keys_only": True}
             r = await self._post("/v3/kv/range", before)
             rev = int(r["header"]["revision"])
             if self.capacity == 1:
@@ -142,7 +142,7 @@ class EtcdClient(Client):
                     return
                 await self._watch_delete(base64.b64decode(kvs[0]["key"]).decode(), None, rev + 1)
             else:
-                if int(r.get("count", 0)) < self.capacity:
+                if len(r.get("kvs", [])) < self.capacity:
                     hold.held = True
                     return
                 await self._watch_delete(prefix, end, rev + 1)

@@ -7,6 +7,7 @@ go on."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 from collections.abc import Awaitable, Callable, Iterable
@@ -72,6 +73,9 @@ async def _guarded(r: Result, what: str, step: Callable[[], Awaitable[None]]) ->
     except Unavailable as exc:
         r.skipped = str(exc)
     except Exception as exc:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():  # Ctrl-C: its servers died first
+            raise asyncio.CancelledError from exc
         r.error = f"{what}: {_why(exc)}"
         note(f"peers: {r.system.key} failed in {what}: {r.error}")
 
