@@ -50,6 +50,15 @@ def _load() -> str:
         return "?"
 
 
+def _sizes(s: Settings) -> str:
+    parts = []
+    if s.only - {"peers"}:
+        parts.append(f"{s.seconds:g} s × {s.rounds} rounds per throughput side")
+    if "peers" in s.only:
+        parts.append(f"peers: {s.peer_seconds:g} s × {s.peer_rounds} rounds, median")
+    return "; ".join(parts)
+
+
 def _cancel_on_sigterm() -> None:
     """SIGTERM (a `timeout`, a CI limit) ends the run as Ctrl-C does: the main task is
     cancelled, so every `finally` stops the servers, clusters and peers it started."""
@@ -78,7 +87,7 @@ async def bench(s: Settings) -> int:
         print(
             f"# lane-coordinator bench ({'quick' if s.quick else 'full'} run, shapes "
             f"{','.join(x for x in SHAPES if x in s.only)}; {os.cpu_count()} cpus, load "
-            f"{_load()}; {s.seconds:g} s × {s.rounds} rounds per throughput side)",
+            f"{_load()}; {_sizes(s)})",
             flush=True,
         )
         try:

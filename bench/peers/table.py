@@ -32,9 +32,10 @@ DURABLE = (
     "every system durable: SQLite synchronous=FULL; PostgreSQL fsync and synchronous_commit "
     "on; etcd's default WAL; Redis appendfsync always. One load generator (asyncio, one "
     "connection per client) for all; capacity 1 per lane. Granted cycles: acquire → wait "
-    "until held → release, each client waiting its turn. Server CPU: user+system time of the "
-    "system's own processes over the timed window, per cycle (for ours on PostgreSQL the "
-    "replicas', with the PostgreSQL backends' beside it; for the plain recipe the backends')."
+    "until held → release, each client waiting its turn. Server CPU: the time on a CPU "
+    "(schedstat) of the system's own processes over the timed window, per cycle (for ours "
+    "on PostgreSQL the replicas', with the PostgreSQL backends' beside it; for the plain "
+    "recipe the backends')."
 )
 
 
