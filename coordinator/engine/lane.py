@@ -103,7 +103,7 @@ class LaneCore(LaneSlots):
         t.state = TicketState.EXPIRED
         t.outcome = Outcome.EXPIRED.value
         t.ended_at = expiry
-        self.holds.append(max(0.0, expiry - t.held_at))
+        self.hold_samples.add(t.project, max(0.0, expiry - t.held_at))
         fx.changes.append(PutTicket(t))
         fx.woken.add(t.ticket_id)
         self._count_history(fx)
@@ -119,7 +119,7 @@ class LaneCore(LaneSlots):
         t.outcome = outcome
         t.ended_at = at
         if was_held and t.held_at is not None:
-            self.holds.append(max(0.0, at - t.held_at))
+            self.hold_samples.add(t.project, max(0.0, at - t.held_at))
         fx.changes.append(PutTicket(t))
         fx.woken.add(t.ticket_id)
         self._count_history(fx)
@@ -208,7 +208,12 @@ class LaneCore(LaneSlots):
         fx.changes.append(PutTicket(t))
         fx.changes.append(PutCounters(self.last_fence, self.next_seq))
         self._promote(now, fx)
-        return self.lane_reply(t, now, caller_owns=True, duplicate=False), fx
+        reply = self.lane_reply(t, now, caller_owns=True, duplicate=False)
+        # the ETA this ticket was first given, written with its row (docs/protocol.md#eta-error)
+        t.eta_first_seconds = reply.ticket.eta_seconds
+        if t.state is TicketState.HELD:  # granted at once: a grant with 0 given, 0 waited
+            self._count_eta_error(t)
+        return reply, fx
 
     def await_(
         self, call: commands.TicketCall, now: float, ended: Ticket | None

@@ -103,6 +103,10 @@ class Ticket:
     # release — or "expired").
     in_flight_until: float | None = None
     in_flight_ended: str | None = None
+    # The etaSeconds the acquire that created the ticket answered (0 when granted at once;
+    # None for a ticket stored before it was recorded): its grant's ETA error
+    # (docs/protocol.md#eta-error) is measured against it.
+    eta_first_seconds: float | None = None
 
     @property
     def identity(self) -> tuple[str, str, str]:
@@ -279,7 +283,10 @@ class LaneSnapshot:
     next_seq: int = 1
     project_served: dict[str, int] = field(default_factory=dict)
     pause: Pause | None = None
-    recent_holds: list[float] = field(default_factory=list)  # oldest first
+    # the lane's last measured holds (project, seconds), the oldest first (eta_estimate.py)
+    recent_holds: list[tuple[str, float]] = field(default_factory=list)
+    # the ETA errors of the lane's last grants (engine/eta_error.py), the oldest grant first
+    recent_eta_errors: list[float] = field(default_factory=list)
     history_count: int = 0
     incident_count: int = 0
     last_collision: dict[str, Any] | None = None

@@ -6,13 +6,14 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any, cast
 
+from coordinator.engine.eta_error import wait_seconds
 from coordinator.engine.model import Incident, Receipt, Ticket
 from coordinator.protocol import replies as wire
 from coordinator.protocol.receipts import stored_payload
 
 
 def _history_fields(t: Ticket) -> dict[str, Any]:
-    wait = None if t.held_at is None else max(0.0, t.held_at - t.enqueued_at)
+    wait = None if t.held_at is None else wait_seconds(t.enqueued_at, t.held_at)
     hold = None
     if t.held_at is not None and t.ended_at is not None:
         hold = max(0.0, t.ended_at - t.held_at)
@@ -30,7 +31,8 @@ def _history_fields(t: Ticket) -> dict[str, Any]:
         "enqueued_at": t.enqueued_at,
         "held_at": t.held_at,
         "ended_at": t.ended_at,
-        "wait_seconds": None if wait is None else round(wait, 3),
+        "eta_first_seconds": t.eta_first_seconds,
+        "wait_seconds": wait,
         "hold_seconds": None if hold is None else round(hold, 3),
         "fence": t.fence,
         "in_flight_until": t.in_flight_until,

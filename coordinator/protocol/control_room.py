@@ -9,6 +9,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from coordinator.protocol.lane_replies import (
+    EtaError,
     HistoryEntry,
     InFlightJob,
     Owner,
@@ -171,7 +172,8 @@ class ReceiptSummary(Wire, kw_only=True):
 
 
 class OverviewLane(Wire, kw_only=True):
-    """One known lane: its status (held, queued in promotion order) and bounded reads."""
+    """One known lane: its status (held, queued in promotion order, in-flight jobs, the ETA
+    error) and bounded reads."""
 
     lane: str
     enforced: bool
@@ -182,6 +184,7 @@ class OverviewLane(Wire, kw_only=True):
     pause: Pause | None
     now: float
     in_flight: list[InFlightJob] = msgspec.field(default_factory=list)
+    eta_error: EtaError | None = None
     history: LaneHistory
     recent_receipts: list[ReceiptSummary]
     receipt_mismatches: list[ReceiptSummary]

@@ -181,6 +181,16 @@ class InFlightJob(Wire, kw_only=True):
     hold_until: float
 
 
+class EtaError(Wire, kw_only=True):
+    """How far the lane's ETAs were off (docs/protocol.md#eta-error): over its last `grants`
+    grants (at most 100), the median and the 90th percentile (nearest rank) of
+    |etaFirstSeconds − waitSeconds|, each grant's first ETA against the wait it had."""
+
+    grants: int
+    median_seconds: float
+    p90_seconds: float
+
+
 class ReceiptReply(Reply, kw_only=True, dict=True):
     """A receipt write: stored (201), or not stored (200: a replay, with the stored verdict,
     or an unenforced lane)."""
@@ -250,7 +260,8 @@ class ReceiptRow(Wire, kw_only=True):
 class StatusReply(Reply, kw_only=True, dict=True):
     """A lane's held tickets (by fence) and queued ones (in promotion order, at most 200;
     `queuedTotal` counts them all), the in-flight jobs that take slots too (`inFlight`, by
-    holdUntil). `recentReceipts` (newest first, at most 50) only with
+    holdUntil), how far the lane's ETAs were off (`etaError`, null before its first grant and
+    on an unenforced lane). `recentReceipts` (newest first, at most 50) only with
     `includeReceipts: true` on an enforced lane."""
 
     # In Python, `recent_receipts` reads None when the key is absent; `unreadable_receipts` is
@@ -264,6 +275,7 @@ class StatusReply(Reply, kw_only=True, dict=True):
     pause: Pause | None = None
     now: float
     in_flight: list[InFlightJob] = msgspec.field(default_factory=list)
+    eta_error: EtaError | None = None
     receipts: list[ReceiptRow] | UnsetType = msgspec.field(default=UNSET, name="recentReceipts")
 
     @property
@@ -292,8 +304,10 @@ class StatusReply(Reply, kw_only=True, dict=True):
 
 class HistoryEntry(Wire, kw_only=True):
     """A render-log row: a ticket that reached done or expired (`lateOutcome`: what a release
-    after the lease expired reported; `inFlightUntil` / `inFlightEnded`: the in-flight job it
-    left, and how that ended — null while it holds)."""
+    after the lease expired reported; `etaFirstSeconds`: the ETA the acquire that created it
+    answered, 0 when granted at once, null for a ticket older than that record;
+    `waitSeconds`: heldAt − enqueuedAt; `inFlightUntil` / `inFlightEnded`: the in-flight job
+    it left, and how that ended — null while it holds)."""
 
     ticket_id: str
     project: str
@@ -308,6 +322,7 @@ class HistoryEntry(Wire, kw_only=True):
     enqueued_at: float
     held_at: float | None = None
     ended_at: float | None = None
+    eta_first_seconds: float | None = None
     wait_seconds: float | None = None
     hold_seconds: float | None = None
     fence: int | None = None

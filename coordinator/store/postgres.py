@@ -35,7 +35,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow
 
 from coordinator import failpoints
-from coordinator.constants import ETA_HOLD_SAMPLE_SIZE, EVIDENCE_RECENT_SECONDS
+from coordinator.constants import ETA_ERROR_GRANTS, ETA_HOLD_WINDOW, EVIDENCE_RECENT_SECONDS
 from coordinator.engine.model import Change, IncidentKind, LaneSnapshot
 from coordinator.engine.store import LaneHead, LockingStore, Writes
 from coordinator.errors import StoreError
@@ -58,6 +58,7 @@ from coordinator.store.reads import POSTGRES_READS, LaneReads
 from coordinator.store.rows import (
     ENDED,
     PAUSE_COLUMNS,
+    eta_errors_from_rows,
     holds_from_rows,
     pause_from_row,
     projects_from_rows,
@@ -357,16 +358,17 @@ class PostgresLaneStore(LaneReads, LockingStore):
                 (q.live, (lane,)),
                 (_LOAD_HEAD, (IncidentKind.DUPLICATE_COLLISION.value, lane)),
                 (q.projects, (lane,)),
-                (q.holds, (lane, ETA_HOLD_SAMPLE_SIZE)),
+                (q.holds, (lane, ETA_HOLD_WINDOW)),
                 (q.seen, (lane, lane, EVIDENCE_RECENT_SECONDS)),
                 (q.in_flight, (lane,)),
+                (q.eta_errors, (lane, ETA_ERROR_GRANTS)),
             )
         ]
 
     def _snapshot(self, reads: list[psycopg.Cursor[DictRow]]) -> LaneSnapshot:
         """The lane's state from the results of `_queue_load`."""
         lane = self.lane
-        live, head, projects, holds, seen, in_flight = (c.fetchall() for c in reads)
+        live, head, projects, holds, seen, in_flight, eta_errors = (c.fetchall() for c in reads)
         snap = LaneSnapshot()
         snap.live = [ticket_from_row(r, lane) for r in live]
         snap.in_flight = [ticket_from_row(r, lane) for r in in_flight]
@@ -382,5 +384,6 @@ class PostgresLaneStore(LaneReads, LockingStore):
             snap.last_collision = json.loads(h["collision"])
         snap.project_served = projects_from_rows(projects)
         snap.recent_holds = holds_from_rows(holds)
+        snap.recent_eta_errors = eta_errors_from_rows(eta_errors)
         snap.machines_seen = seen_from_rows(seen)
         return snap

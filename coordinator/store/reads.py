@@ -55,7 +55,16 @@ class ReadQueries:
         self.in_flight = f"{tickets} WHERE {lane}{HOLDS_IN_FLIGHT} ORDER BY in_flight_until"
         self.projects = f"SELECT project, last_fence FROM projects{where_lane}"
         self.holds = (
-            f"SELECT ended_at - held_at AS d FROM tickets {ended} AND held_at IS NOT NULL {log} {p}"
+            f"SELECT project, ended_at - held_at AS d FROM tickets {ended} AND held_at IS NOT NULL "
+            f"{log} {p}"
+        )
+        # the lane's last grants, by fence (a grant's fence: its index), for their ETA errors:
+        # every ticket ever granted that is still stored (held, in flight or in the render
+        # log) and was given a first ETA
+        self.eta_errors = (
+            f"SELECT eta_first_seconds, enqueued_at, held_at FROM tickets WHERE {lane}"
+            "fence IS NOT NULL AND held_at IS NOT NULL AND eta_first_seconds IS NOT NULL "
+            f"ORDER BY fence DESC LIMIT {p}"
         )
         self.seen = (
             f"SELECT machine_id, last_seen_at FROM machines_seen WHERE {lane}last_seen_at >= "

@@ -1,8 +1,8 @@
 """What the lane stores share (coordinator/store/sqlite.py and postgres.py): the ticket,
 receipt and pause columns, the ticket upsert, the parameters a ticket/receipt/pause is written
 with, a ticket/receipt/pause/incident from its row (sqlite3.Row or psycopg's DictRow), the
-machines seen, projects served and hold durations a snapshot loads, and the coalescing of a
-batch of changes before it is written. The read queries are in reads.py."""
+machines seen, projects served, hold durations and ETA errors a snapshot loads, and the
+coalescing of a batch of changes before it is written. The read queries are in reads.py."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from coordinator.constants import EVIDENCE_RECENT_SECONDS
+from coordinator.engine.eta_error import grant_error
 from coordinator.engine.model import (
     Change,
     Incident,
@@ -35,9 +36,10 @@ TICKET_COLUMNS = (
     "ticket_id, seq, state, machine_id, claim_id, project, scene, prompt_hash, enqueued_at, "
     "lease_seconds, last_seen_at, held_at, lease_expires_at, heartbeat_at, fence, outcome, "
     "late_outcome, provider_job_id, note, ended_at, submitted_at, terminal_at, in_flight_until, "
-    "in_flight_ended"
+    "in_flight_ended, eta_first_seconds"
 )
-# The columns a ticket's later writes change (the upsert's DO UPDATE, SQLite's plain UPDATE).
+# The columns a ticket's later writes change (the upsert's DO UPDATE, SQLite's plain UPDATE);
+# `eta_first_seconds` is not one: the acquire that makes the ticket writes it with its row.
 _UPDATED = (
     "state",
     "last_seen_at",
@@ -109,9 +111,19 @@ def projects_from_rows(rows: Sequence[Row]) -> dict[str, int]:
     return {r["project"]: int(r["last_fence"]) for r in rows}
 
 
-def holds_from_rows(rows: Sequence[Row]) -> list[float]:
-    """The recent hold durations, the oldest first (ReadQueries.holds reads the newest first)."""
-    return [max(0.0, float(r["d"])) for r in reversed(rows)]
+def holds_from_rows(rows: Sequence[Row]) -> list[tuple[str, float]]:
+    """The recent holds (project, seconds), the oldest first (ReadQueries.holds reads the
+    newest first)."""
+    return [(r["project"], max(0.0, float(r["d"]))) for r in reversed(rows)]
+
+
+def eta_errors_from_rows(rows: Sequence[Row]) -> list[float]:
+    """The ETA errors of the lane's last grants, the oldest first (ReadQueries.eta_errors
+    reads the newest first)."""
+    return [
+        grant_error(float(r["eta_first_seconds"]), float(r["enqueued_at"]), float(r["held_at"]))
+        for r in reversed(rows)
+    ]
 
 
 def ticket_from_row(row: Row, lane: str) -> Ticket:
@@ -141,6 +153,7 @@ def ticket_from_row(row: Row, lane: str) -> Ticket:
         terminal_at=row["terminal_at"],
         in_flight_until=row["in_flight_until"],
         in_flight_ended=row["in_flight_ended"],
+        eta_first_seconds=row["eta_first_seconds"],
     )
 
 
@@ -209,6 +222,7 @@ def ticket_values(t: Ticket) -> tuple[Any, ...]:
         t.terminal_at,
         t.in_flight_until,
         t.in_flight_ended,
+        t.eta_first_seconds,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -153,6 +154,7 @@ def test_tables_are_readable(coordinator: ThreadedCoordinator, lane_env: dict[st
     st = lane("status", "--lane", LANE, "--verbose", env=env)
     assert st.code == 0 and tid in st.out and "STATE" in st.out and "capacity 1" in st.out
     assert "unreadable receipts: 0" in st.out
+    assert re.search(r"eta error  ±\d+\S* median, p90 \d+\S* \(last \d+ grants?\)", st.out)
     aw = lane("await", "--lane", LANE, "--ticket", tid, env=env)
     assert aw.code == 0 and "held (granted to you)" in aw.out
     lane("release", "--lane", LANE, "--ticket", tid, "--outcome", "completed", env=env)

@@ -254,7 +254,7 @@ async def test_every_reply_is_exactly_its_documented_schema(server: Running) -> 
     r = await server.get("/v1/overview", params={"lane": "solo:main"})
     reply = msgspec.json.decode(r.text.encode(), type=wire.Overview)
     [lane] = [x for x in reply.lanes if x.lane == "solo:main"]
-    assert lane.held and lane.queued and lane.pause and lane.history.entries
+    assert lane.held and lane.queued and lane.pause and lane.history.entries and lane.eta_error
     assert lane.recent_receipts and lane.receipt_mismatches and lane.projects == ["p"]
     assert reply.incidents and reply.machines and reply.log.entries
     ev = await server.get("/v1/evidence", params={"lane": "solo:main", "ticketId": tid})

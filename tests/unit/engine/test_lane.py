@@ -209,7 +209,7 @@ def test_eta_counts_expired_holds_as_measured() -> None:
 
 
 def test_eta_from_snapshot_recent_holds() -> None:
-    snap = LaneSnapshot(recent_holds=[10.0, 30.0])
+    snap = LaneSnapshot(recent_holds=[("p", 10.0), ("q", 30.0)])
     h = Harness(1, snapshot=snap)
     assert h.core.hold_estimate() == pytest.approx(20.0)
 
