@@ -252,7 +252,7 @@ class DrillRole:
         expect(
             steps == str(self.steps_total),
             f"role A runs {steps} steps, this role {self.steps_total}: give --partition to both "
-            "roles or to neither",
+            "roles or to neither (and run the same lane version on both computers)",
         )
         expect(
             sig.machine_id != me.machine_id,
