@@ -53,8 +53,8 @@ read holds every retained row and no queued ticket was cut from the status reply
     an operation sent after that reply arrived shows it queued or held, and the server does
     not list it live. Likewise once shown held, it is never shown queued again.
 
-(f) In-flight holds (tests/harness/in_flight.py, with receipts recorded): every acknowledged
-    receipt is on the server; a ticket that ended expired / lease-lost / timeout after its
+(f) In-flight holds (tests/harness/in_flight.py, with receipts recorded): the acknowledged
+    receipts of each ticket whose receipts were read are on the server; a ticket that ended expired / lease-lost / timeout after its
     provider-submitted receipt and before any provider-terminal one holds its slot exactly
     until submittedAt + the lane's hold (`LaneView.hold_seconds`, when the test gives it), its
     hold ends at its provider-terminal receipt or at holdUntil, and a waiter is never granted

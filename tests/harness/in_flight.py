@@ -10,7 +10,7 @@ tickets that may have left a hold — `receipts[ticketId]` = the rows of GET /v1
 The rules, per enforced lane:
 
 - Acknowledged receipts exist: every receipt write the ledger has acknowledged (201 stored or
-  200 replay) is among its ticket's receipts on the server, else it is *lost*.
+  200 replay) on a ticket whose receipts the view read is among them, else it is *lost*.
 - Which tickets hold: a ticket whose render-log row ended at E with outcome `expired`,
   `lease-lost` or `timeout`, that has a `provider-submitted` receipt created at or before E
   (S: the latest) and no `provider-terminal` one by then, left an in-flight job; with
