@@ -99,7 +99,7 @@ drill-ha: setup
 	@BIN=$(BIN) CONFIG=$(CONFIG) bash scripts/drill-ha.sh
 
 ## make drill-netns (root, Linux): the drill over veth links in three network namespaces,
-## plus step 7 (B's link cut mid-lease); prints "SKIPPED: reason" where netns is not allowed
+## plus step 8 (B's link cut mid-lease); prints "SKIPPED: reason" where netns is not allowed
 drill-netns: setup
 	@BIN=$(BIN) CONFIG=$(CONFIG) bash scripts/drill-netns.sh
 

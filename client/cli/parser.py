@@ -172,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
                    default=DEFAULT_PARTNER_TIMEOUT,
                    help="seconds to wait for the other role at any step")  # fmt: skip
     p.add_argument("--partition", action="store_true",
-                   help="also step 7: B's network is cut mid-lease (cut and restore it when "
+                   help="also step 8: B's network is cut mid-lease (cut and restore it when "
                    "the ACTION lines say so; scripts/drill-netns.sh does)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="JSON on stdout (progress on stderr)")
     p.add_argument("--claim", help="claim id to send (default: LANE_CLAIM, else a new uuid4)")

@@ -53,6 +53,13 @@ read holds every retained row and no queued ticket was cut from the status reply
     an operation sent after that reply arrived shows it queued or held, and the server does
     not list it live. Likewise once shown held, it is never shown queued again.
 
+(f) In-flight holds (tests/harness/in_flight.py, with receipts recorded): the acknowledged
+    receipts of each ticket whose receipts were read are on the server; a ticket that ended expired / lease-lost / timeout after its
+    provider-submitted receipt and before any provider-terminal one holds its slot exactly
+    until submittedAt + the lane's hold (`LaneView.hold_seconds`, when the test gives it), its
+    hold ends at its provider-terminal receipt or at holdUntil, and a waiter is never granted
+    while held + in-flight jobs fill the lane.
+
 `Report` counts the attempts sent, acknowledged and unacknowledged, the lost acks (with
 `lost_details`) and lists every violation as a sentence; `report.summary(name)` is the
 one-line summary a test prints.
@@ -68,6 +75,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from tests.harness.in_flight import candidates, check_in_flight, receipt_rows
 
 ENDED_STATES = frozenset({"done", "expired"})
 LIVE_STATES = frozenset({"queued", "held"})
@@ -215,9 +224,19 @@ class LaneView:
     queued: list[dict[str, Any]]
     history: list[dict[str, Any]]
     complete: bool = True
+    in_flight: list[dict[str, Any]] = field(default_factory=list)  # status inFlight
+    # ticket -> its receipts on the server (rule (f)); a ticket not read is not a key
+    receipts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    hold_seconds: float | None = None  # the lane's in_flight_hold_seconds, when known
 
     @classmethod
-    def from_replies(cls, status: Mapping[str, Any], history: Mapping[str, Any]) -> LaneView:
+    def from_replies(
+        cls,
+        status: Mapping[str, Any],
+        history: Mapping[str, Any],
+        receipts: Mapping[str, list[dict[str, Any]]] | None = None,
+        hold_seconds: float | None = None,
+    ) -> LaneView:
         entries = list(history.get("entries", []))
         queued = list(status.get("queued", []))
         retained = history.get("retained")
@@ -234,13 +253,24 @@ class LaneView:
             queued=queued,
             history=entries,
             complete=complete,
+            in_flight=list(status.get("inFlight", []) or []),
+            receipts=dict(receipts or {}),
+            hold_seconds=hold_seconds,
         )
 
 
 async def read_views(
-    url: str, token: str, lanes: Iterable[str], *, timeout: float = 30.0
+    url: str,
+    token: str,
+    lanes: Iterable[str],
+    *,
+    timeout: float = 30.0,
+    hold_seconds: float | None = None,
+    receipts_of: Iterable[tuple[str, str]] = (),
 ) -> dict[str, LaneView]:
-    """Status and the whole history of every lane, read through the server at `url`."""
+    """Status and the whole history of every lane, read through the server at `url`, and the
+    receipts (GET /v1/evidence) of every ticket that may have left an in-flight job and of
+    each (lane, ticket) in `receipts_of`; `hold_seconds`: the lanes' in_flight_hold_seconds."""
     import aiohttp  # the checker itself needs no HTTP client
 
     views: dict[str, LaneView] = {}
@@ -257,7 +287,19 @@ async def read_views(
                     if resp.status != 200 or not isinstance(data, dict):
                         raise AssertionError(f"{op} of {lane} via {url}: {resp.status} {data}")
                     got[op] = data
-            views[lane] = LaneView.from_replies(got["status"], got["history"])
+            wanted = candidates(got["status"], got["history"])
+            wanted |= {tid for ln, tid in receipts_of if ln == lane}
+            receipts: dict[str, list[dict[str, Any]]] = {}
+            for tid in sorted(wanted):
+                params = {"lane": lane, "ticketId": tid}
+                async with session.get(f"{url}/v1/evidence", params=params) as resp:
+                    data = await resp.json()
+                    if resp.status != 200 or not isinstance(data, dict):
+                        raise AssertionError(f"evidence of {tid} via {url}: {resp.status} {data}")
+                    receipts[tid] = receipt_rows(data)
+            views[lane] = LaneView.from_replies(
+                got["status"], got["history"], receipts, hold_seconds
+            )
     return views
 
 
@@ -276,6 +318,7 @@ class Report:
     tickets: int = 0  # distinct tickets named by acknowledged replies
     grants: int = 0  # distinct fences seen in all
     max_holders: dict[str, int] = field(default_factory=dict)  # lane -> max overlap seen
+    in_flight: int = 0  # in-flight holds on record (rule (f))
 
     @property
     def ok(self) -> bool:
@@ -286,7 +329,8 @@ class Report:
             f"{name}: ops sent {self.sent}, acknowledged {self.acknowledged}, "
             f"unacknowledged {self.unacknowledged}, lost {self.lost}, "
             f"violations {len(self.violations)} (lanes {self.lanes}, tickets {self.tickets}, "
-            f"grants {self.grants}, max holders {self.max_holders})"
+            f"grants {self.grants}, in-flight holds {self.in_flight}, max holders "
+            f"{self.max_holders})"
         )
 
     def explain(self, limit: int = 30) -> str:
@@ -490,6 +534,7 @@ def _check_lane(view: LaneView, acked: list[Entry], report: Report) -> None:
     _check_fences(view, records, seen, report)
     _check_capacity(view, records, seen, report)
     _check_revivals(view, records, seen, report)
+    check_in_flight(view, acked, report)
 
 
 def _release_problem(e: Entry, rec: _Record) -> str | None:
