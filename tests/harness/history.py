@@ -54,11 +54,12 @@ read holds every retained row and no queued ticket was cut from the status reply
     not list it live. Likewise once shown held, it is never shown queued again.
 
 (f) In-flight holds (tests/harness/in_flight.py, with receipts recorded): the acknowledged
-    receipts of each ticket whose receipts were read are on the server; a ticket that ended expired / lease-lost / timeout after its
-    provider-submitted receipt and before any provider-terminal one holds its slot exactly
-    until submittedAt + the lane's hold (`LaneView.hold_seconds`, when the test gives it), its
-    hold ends at its provider-terminal receipt or at holdUntil, and a waiter is never granted
-    while held + in-flight jobs fill the lane.
+    receipts of each ticket whose receipts were read are on the server; a ticket that ended
+    expired / lease-lost / timeout after its provider-submitted receipt and before any
+    provider-terminal one holds its slot exactly until submittedAt + the lane's hold
+    (`LaneView.hold_seconds`, when the test gives it), its hold ends at its provider-terminal
+    receipt or at holdUntil, and a waiter is never granted while held + in-flight jobs fill
+    the lane.
 
 `Report` counts the attempts sent, acknowledged and unacknowledged, the lost acks (with
 `lost_details`) and lists every violation as a sentence; `report.summary(name)` is the
