@@ -42,13 +42,16 @@ from coordinator.protocol.control_room import (
 )
 from coordinator.protocol.lane_replies import (
     UNKNOWN,
+    CooldownReason,
     CooldownReply,
+    CoordinatorKind,
     ErrorCode,
     HeartbeatReason,
     HeartbeatReply,
     HistoryEntry,
     HistoryReply,
     IncidentKind,
+    InFlightEnd,
     InFlightJob,
     LaneReply,
     Outcome,
@@ -82,10 +85,16 @@ class ErrorDetail(Wire, kw_only=True):
 
 
 class ErrorReply(Wire, kw_only=True):
-    """Every error. Under /v1 it names the coordinator like every /v1 reply; outside /v1 it
-    has no `coordinator`. `supported` only with unsupported-protocol."""
+    """Every error under /v1: it names the coordinator like every /v1 reply. `supported`
+    only with unsupported-protocol."""
 
-    coordinator: str | UnsetType = UNSET
+    coordinator: str
+    error: ErrorDetail
+
+
+class PlainErrorReply(Wire, kw_only=True):
+    """Every error outside /v1 (the public paths and /metrics): no `coordinator`."""
+
     error: ErrorDetail
 
 
@@ -119,6 +128,7 @@ REPLIES: tuple[type[Wire], ...] = (
     EvidenceReply,
     Overview,
     ErrorReply,
+    PlainErrorReply,
     Healthz,
     Readyz,
 )
@@ -127,8 +137,10 @@ __all__ = [
     "REPLIES",
     "UNKNOWN",
     "Collision",
+    "CooldownReason",
     "CooldownReply",
     "CoordinatorEvidence",
+    "CoordinatorKind",
     "ErrorCode",
     "ErrorDetail",
     "ErrorReply",
@@ -138,6 +150,7 @@ __all__ = [
     "HeartbeatReply",
     "HistoryEntry",
     "HistoryReply",
+    "InFlightEnd",
     "InFlightJob",
     "Incident",
     "IncidentKind",
@@ -159,6 +172,7 @@ __all__ = [
     "OverviewLog",
     "Owner",
     "Pause",
+    "PlainErrorReply",
     "Readyz",
     "ReceiptPhase",
     "ReceiptReply",
