@@ -10,9 +10,9 @@
 //    is no ECMA-262 `u` regex, a type the keywords contradict are errors).
 // 2. Validates every example the document gives (a schema's `examples`) against its schema.
 // 3. With REPLIES.json (an array of {method, path, status, headers, contentType, body} as a
-//    real server answered them, body the parsed JSON or null): each reply's status must be
-//    declared for its operation, its required headers present, and its JSON body valid
-//    against the declared schema of its media type.
+//    real server answered them: body the parsed JSON of a JSON reply, the text of another,
+//    null when there was none): each reply's operation and status must be declared, its
+//    required headers present, and its body valid against the schema of its media type.
 //
 // Prints one JSON report ({schemas, examples, replies, errors: [...]}) on stdout; exits 1 when
 // errors is not empty, 2 when it cannot run.
@@ -170,45 +170,50 @@ function main() {
       replies += 1;
       const what = `${reply.method} ${reply.path} ${reply.status}`;
       const template = findPath(doc, reply.path);
-      const method = reply.method.toLowerCase();
+      let method = reply.method.toLowerCase();
+      if (template && !doc.paths[template][method] && reply.status === 405) {
+        // a method the path does not serve: the 405 every operation of the path declares
+        method = METHODS.find((m) => doc.paths[template][m]);
+      }
       const op = template && doc.paths[template][method];
       if (!op) {
         errors.push({ reply: what, error: "no such operation in the document" });
         continue;
       }
-      let response = op.responses[String(reply.status)] ?? op.responses.default;
+      const code = String(reply.status) in op.responses ? String(reply.status) : "default";
+      let response = op.responses[code];
       if (!response) {
         errors.push({ reply: what, error: "status not declared for the operation" });
         continue;
       }
-      if (response.$ref) response = resolve(doc, response.$ref);
+      let responseParts = ["paths", template, method, "responses", code];
+      if (response.$ref) {
+        responseParts = response.$ref.slice(2).split("/").map((p) => p.replace(/~1/g, "/").replace(/~0/g, "~"));
+        response = resolve(doc, response.$ref);
+      }
       const headers = Object.fromEntries(
         Object.entries(reply.headers ?? {}).map(([k, v]) => [k.toLowerCase(), v]),
       );
       for (const [name, h] of Object.entries(response.headers ?? {})) {
-        if (h.required && !(name.toLowerCase() in headers)) {
-          errors.push({ reply: what, error: `required header ${name} missing` });
+        const value = headers[name.toLowerCase()];
+        if (value === undefined) {
+          if (h.required) errors.push({ reply: what, error: `required header ${name} missing` });
+        } else if (h.schema) {
+          const validate = compile([...responseParts, "headers", name, "schema"]);
+          if (!validate(value)) errors.push({ reply: what, header: name, value, errors: validate.errors });
         }
       }
-      if (method === "head" || reply.body === null || reply.body === undefined) {
-        if (method !== "head" && response.content) {
-          errors.push({ reply: what, error: "no body, but the document declares content" });
-        }
+      if (method === "head") continue; // no body: its status and headers are checked
+      if (reply.body === null || reply.body === undefined) {
+        if (response.content) errors.push({ reply: what, error: "no body, but the document declares content" });
         continue;
       }
       const type = (reply.contentType ?? "").split(";")[0].trim();
       if (!response.content || !response.content[type]) {
-        errors.push({ reply: what, error: `media type ${type} not declared` });
+        errors.push({ reply: what, error: `media type ${type || "(none)"} not declared` });
         continue;
       }
-      const parts = ["paths", template, method, "responses", String(reply.status), "content", type, "schema"];
-      let validate;
-      if (op.responses[String(reply.status)]?.$ref) {
-        const ref = op.responses[String(reply.status)].$ref.slice(2).split("/");
-        validate = compile([...ref.map((p) => p.replace(/~1/g, "/").replace(/~0/g, "~")), "content", type, "schema"]);
-      } else {
-        validate = compile(parts);
-      }
+      const validate = compile([...responseParts, "content", type, "schema"]);
       if (!validate(reply.body)) {
         errors.push({ reply: what, body: reply.body, errors: validate.errors });
       }
