@@ -4,7 +4,7 @@ JSON has one number type, and RFC 8785 (the canonical form receipts are hashed i
 number as an IEEE 754 double, as ECMAScript's JSON.parse does: `1e21`, `1E30`, `1.0e16` and the
 same values written as integers are the same numbers, and an integer beyond ±(2^53−1) is the
 double nearest to it (`receipts.canonical_json` applies that rule). Only a number beyond the
-double range (±1.7976931348623157e308) is no double at all: 400 (docs/protocol.md#receipt).
+double range (±1.7976931348623157e308) is no double at all: 400 (docs/protocol.md#receipts).
 
 The OpenAPI document publishes `JSON_VALUE_SCHEMA` as the component `JsonValue`; `JsonObject`
 is a JSON object whose values are JSON values (its schema says so: a generated client sees

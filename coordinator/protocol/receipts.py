@@ -129,7 +129,7 @@ def _doubles(value: Any) -> Any:
 def canonical_json(payload: Any) -> bytes:
     """RFC 8785 canonical bytes, or 400 naming why the payload cannot be canonicalized (one
     nested deeper than MAX_JSON_DEPTH levels included). Every number is an IEEE 754 double,
-    however it is written (docs/protocol.md#receipt): an integer beyond ±(2^53−1) is the
+    however it is written (docs/protocol.md#receipts): an integer beyond ±(2^53−1) is the
     double nearest to it, one beyond the double range is 400."""
     check_payload_depth(payload)
     try:

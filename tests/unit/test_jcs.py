@@ -158,7 +158,7 @@ _json = st.recursive(
     st.none()
     | st.booleans()
     # Every number is a double: an integer beyond ±(2^53−1), or a float that prints as one,
-    # reads back as the same double (docs/protocol.md#receipt).
+    # reads back as the same double (docs/protocol.md#receipts).
     | st.integers(min_value=-(10**30), max_value=10**30)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=8),
