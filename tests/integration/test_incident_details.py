@@ -14,8 +14,8 @@ from coordinator.http.openapi_schemas import variant_name
 from coordinator.protocol import replies as wire
 from coordinator.protocol.incident_details import DETAILS
 from tests.harness import Running, StartServer, TestManualClock
+from tests.harness.openapi_tools import ajv_check
 from tests.integration.kit import SOLO, acquire_body, receipt_body, ticket_body
-from tests.ops.test_openapi_tools import ajv_check
 
 
 async def _every_kind(srv: Running) -> None:
