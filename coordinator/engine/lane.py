@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from coordinator.engine import commands
 from coordinator.engine.lane_slots import LaneSlots
 from coordinator.engine.model import (
@@ -231,7 +233,7 @@ class LaneCore(LaneSlots):
     ) -> tuple[wire.HeartbeatReply, Effects]:
         call = cmd.call
         fx, t = self._begin(call.machine_id, call.ticket_id, now, ended)
-        reason: str | None = None
+        reason: wire.HeartbeatReason | None = None
         if not is_owner(t, call.machine_id, call.claim_id):
             reason = "not-owner"
         elif t.state is TicketState.HELD:
@@ -247,7 +249,7 @@ class LaneCore(LaneSlots):
             self._keepalive(t, now)
             reason = "not-held"
         else:
-            reason = t.state.value  # "expired" or "done"
+            reason = "expired" if t.state is TicketState.EXPIRED else "done"
         mine = reason != "not-owner"
         return wire.HeartbeatReply(
             coordinator=self.coordinator,
@@ -264,7 +266,8 @@ class LaneCore(LaneSlots):
         call = cmd.call
         fx, t = self._begin(call.machine_id, call.ticket_id, now, ended)
         promoted_before = len(fx.promoted)
-        released, reason = False, None
+        released = False
+        reason: wire.ReleaseReason | None = None
         owner = is_owner(t, call.machine_id, call.claim_id)
         if owner and t.holds_in_flight and cmd.outcome in IN_FLIGHT_TERMINAL_OUTCOMES:
             # a late release that says the job ended reconciles its in-flight job (the
@@ -301,7 +304,7 @@ class LaneCore(LaneSlots):
             coordinator=self.coordinator,
             released=released,
             state=t.state.value,
-            outcome=t.outcome,
+            outcome=cast("wire.Outcome | None", t.outcome),
             promoted=fx.promoted[promoted_before:],
             reason=reason,
         ), fx

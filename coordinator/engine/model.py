@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
+from coordinator.protocol.replies import CooldownReason
 from coordinator.protocol.replies import Pause as WirePause
 
 
@@ -129,7 +130,7 @@ class Pause:
 
     def wire(self) -> WirePause:
         return WirePause(
-            reason_code=self.reason_code,
+            reason_code=cast("CooldownReason", self.reason_code),
             started_at=self.started_at,
             until=self.until,
             machine_id=self.machine_id,

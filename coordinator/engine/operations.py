@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import msgspec
 
@@ -325,7 +325,7 @@ def _job_evidence(ticket_id: str, t: Ticket | None, reads: Reads) -> wire.JobEvi
             claim_id=t.claim_id,
         ),
         state=t.state.value,
-        outcome=t.outcome,
+        outcome=cast("wire.Outcome | None", t.outcome),
         fence=t.fence,
         receipts=by_phase,
         complete=all(v != UNKNOWN for v in by_phase.values()),

@@ -88,9 +88,11 @@ def incident_row(lane: str, incident_id: int, i: Incident) -> wire.Incident:
     return wire.Incident(
         id=incident_id,
         lane=lane,
-        kind=i.kind,
+        kind=cast("wire.IncidentKind", i.kind),
         at=i.at,
-        ticket_id=i.ticket_id,
-        machine_id=i.machine_id,
+        # Every incident the engine records names its ticket and machine; a row without (the
+        # columns allow NULL; no version wrote one) reads "unknown", as evidence does.
+        ticket_id=i.ticket_id if i.ticket_id is not None else wire.UNKNOWN,
+        machine_id=i.machine_id if i.machine_id is not None else wire.UNKNOWN,
         detail=i.detail,
     )

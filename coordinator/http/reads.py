@@ -8,6 +8,7 @@ from importlib import resources
 from aiohttp import web
 
 from coordinator.clock import Clock
+from coordinator.http.assets import CONTROL_ROOM_ASSETS
 from coordinator.http.middleware import (
     CLOCK_KEY,
     METRICS_KEY,
@@ -86,36 +87,6 @@ async def readyz(request: web.Request) -> web.Response:
 def control_room_html() -> bytes:
     page = resources.files("coordinator.http") / "static" / "control-room.html"
     return page.read_bytes()
-
-
-# The control room's own script and style, shipped in the package (no CDN, no build): a fixed
-# list of file names, never a path taken from the request. The script is native ES modules:
-# control-room.js is the entry (<script type="module">) and imports the others by
-# './name.js', so every module it reaches must be named here (tests/integration/
-# test_control_room_assets.py walks the imports). Module scripts need a JavaScript type.
-_CONTROL_ROOM_MODULES = (
-    "control-room.js",  # entry: render() and the wiring
-    "config.js",
-    "api.js",
-    "state.js",
-    "dom.js",
-    "format.js",
-    "view.js",
-    "widgets.js",
-    "session.js",
-    "alerts.js",
-    "lanes.js",
-    "timeline.js",
-    "log.js",
-    "receipts.js",
-    "incidents.js",
-    "computers.js",
-    "evidence.js",
-)
-CONTROL_ROOM_ASSETS: dict[str, str] = {
-    **{name: "text/javascript" for name in _CONTROL_ROOM_MODULES},
-    "control-room.css": "text/css",
-}
 
 
 _CONTROL_ROOM_HEADERS = {

@@ -3,15 +3,16 @@ and GET /v1/overview. `coordinator.protocol.replies` exports them with every oth
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from coordinator.protocol.json_value import JsonObject
 from coordinator.protocol.lane_replies import (
     EtaError,
     HistoryEntry,
+    IncidentKind,
     InFlightJob,
+    Outcome,
     Owner,
     Pause,
     ReceiptPhase,
@@ -45,7 +46,7 @@ class LanesReply(Reply, kw_only=True):
     """Every lane with a file or a per-lane capacity, sorted by name."""
 
     lanes: list[LaneSummary]
-    now: float | None = None
+    now: float
 
 
 class Incident(Wire, kw_only=True):
@@ -55,11 +56,11 @@ class Incident(Wire, kw_only=True):
 
     id: int
     lane: str
-    kind: str
+    kind: IncidentKind
     at: float
-    ticket_id: str | None = None
-    machine_id: str | None = None
-    detail: dict[str, Any] = msgspec.field(default_factory=dict)
+    ticket_id: str
+    machine_id: str
+    detail: JsonObject = msgspec.field(default_factory=dict)  # incident_details.DETAILS
 
 
 class IncidentsReply(Reply, kw_only=True):
@@ -74,7 +75,7 @@ class Machine(Wire, kw_only=True):
     machine_id: str
     last_seen_at: float
     online: bool
-    seconds_since_seen: float | None = None
+    seconds_since_seen: float
     lanes: list[str] = msgspec.field(default_factory=list)
 
 
@@ -82,7 +83,7 @@ class MachinesReply(Reply, kw_only=True):
     """The computers seen in the last hour (at most 1,000), most recently seen first."""
 
     machines: list[Machine]
-    now: float | None = None
+    now: float
 
 
 class MachineSeen(Wire, kw_only=True):
@@ -132,7 +133,7 @@ class JobEvidence(Wire, kw_only=True):
     found: bool
     identity: JobIdentity | Unknown
     state: TicketState | UnsetType = UNSET
-    outcome: str | UnsetType | None = UNSET
+    outcome: Outcome | UnsetType | None = UNSET
     fence: int | UnsetType | None = UNSET
     receipts: dict[str, list[ReceiptRow] | Unknown]
     complete: bool
@@ -146,7 +147,7 @@ class EvidenceReply(Reply, kw_only=True):
     enforced: bool
     coordinator_evidence: CoordinatorEvidence
     job_evidence: JobEvidence | None = None
-    now: float | None = None
+    now: float
 
 
 # ---------------------------------------------------------------- GET /v1/overview

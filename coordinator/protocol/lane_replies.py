@@ -11,6 +11,8 @@ from typing import Any, Final, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from coordinator.protocol.json_value import JsonObject
+
 TicketState = Literal["queued", "held", "done", "expired"]
 ReceiptPhase = Literal[
     "lease-acquired", "references-applied", "provider-submitted", "provider-terminal"
@@ -43,6 +45,21 @@ IncidentKind = Literal[
     "in-flight-expired",
 ]
 ReconcileOutcome = Literal["completed", "failed", "not-found"]
+# How a ticket's in-flight job ended (docs/protocol.md#in-flight): its provider-terminal
+# receipt, a reconcile or a late release that said how the job ended, or the alarm.
+InFlightEnd = Literal[
+    "receipt",
+    "expired",
+    "reconciled:completed",
+    "reconciled:failed",
+    "reconciled:not-found",
+    "reconciled:not-submitted",
+    "reconciled:slot-busy",
+]
+CooldownReason = Literal["provider-human-check"]
+# Who answered (`Reply.coordinator`): this server on SQLite, replicas on PostgreSQL, the
+# client's local queue (coordinator.protocol.constants names each; a test keeps them equal).
+CoordinatorKind = Literal["actor-sqlite", "actor-postgres", "local-sqlite"]
 HeartbeatReason = Literal["not-held", "expired", "done", "not-owner"]
 ReleaseReason = Literal["expired", "already-done", "not-owner"]
 ErrorCode = Literal[
@@ -72,7 +89,9 @@ class Wire(msgspec.Struct, kw_only=True, rename="camel"):
 
 
 class Reply(Wire, kw_only=True):
-    """A /v1 reply: it names the kind of coordinator that answered."""
+    """A /v1 reply: it names the kind of coordinator that answered. The field reads any
+    string (a client names the kind it refuses: docs/client.md); what a coordinator sends is
+    one of `CoordinatorKind`, and the OpenAPI document says so."""
 
     coordinator: str
 
@@ -83,14 +102,14 @@ class Reply(Wire, kw_only=True):
 class Owner(Wire, kw_only=True):
     """A ticket's owner: the (machineId, claimId) of the acquire that created it."""
 
-    machine_id: str | None
+    machine_id: str
     claim_id: str | None = None
 
 
 class Pause(Wire, kw_only=True):
     """The lane's active provider cooldown: nothing is promoted until `until`."""
 
-    reason_code: str
+    reason_code: CooldownReason
     started_at: float
     until: float
     machine_id: str
@@ -104,14 +123,14 @@ class Ticket(Wire, kw_only=True):
     ticket_id: str
     lane: str
     state: TicketState
-    machine_id: str | None = None
+    machine_id: str
     claim_id: str | None = None
-    project: str | None = None
-    scene: str | None = None
-    prompt_hash: str | None = None
+    project: str
+    scene: str
+    prompt_hash: str
     position: int | None = None
     eta_seconds: float | None = None
-    enqueued_at: float | None = None
+    enqueued_at: float
     held_at: float | None = None
     lease_expires_at: float | None = None
     heartbeat_at: float | None = None
@@ -145,7 +164,7 @@ class HeartbeatReply(Reply, kw_only=True):
     state: TicketState
     lease_expires_at: float | None = None
     fence: int | None = None
-    reason: str | None = None
+    reason: HeartbeatReason | None = None
 
 
 class ReleaseReply(Reply, kw_only=True):
@@ -154,9 +173,9 @@ class ReleaseReply(Reply, kw_only=True):
 
     released: bool
     state: TicketState
-    outcome: str | None = None
+    outcome: Outcome | None = None
     promoted: list[str] = msgspec.field(default_factory=list)
-    reason: str | None = None
+    reason: ReleaseReason | None = None
 
 
 class ReconcileReply(Reply, kw_only=True):
@@ -251,7 +270,7 @@ class ReceiptRow(Wire, kw_only=True):
     ticket_id: str
     phase: ReceiptPhase
     machine_id: str
-    payload: dict[str, Any]
+    payload: JsonObject  # as stored: its canonical JSON decoded
     content_hash: str
     content_hash_verified: bool | None
     created_at: float
@@ -271,7 +290,7 @@ class StatusReply(Reply, kw_only=True, dict=True):
     capacity: int | None = None
     held: list[Ticket]
     queued: list[Ticket]
-    queued_total: int | None = None
+    queued_total: int
     pause: Pause | None = None
     now: float
     in_flight: list[InFlightJob] = msgspec.field(default_factory=list)
@@ -315,19 +334,19 @@ class HistoryEntry(Wire, kw_only=True):
     prompt_hash: str
     machine_id: str
     claim_id: str | None = None
-    outcome: str | None = None
-    late_outcome: str | None = None
+    outcome: Outcome | None = None
+    late_outcome: ReleaseOutcome | None = None
     provider_job_id: str | None = None
     note: str | None = None
     enqueued_at: float
     held_at: float | None = None
-    ended_at: float | None = None
+    ended_at: float
     eta_first_seconds: float | None = None
     wait_seconds: float | None = None
     hold_seconds: float | None = None
     fence: int | None = None
     in_flight_until: float | None = None
-    in_flight_ended: str | None = None
+    in_flight_ended: InFlightEnd | None = None
 
 
 class HistoryReply(Reply, kw_only=True):
@@ -338,4 +357,4 @@ class HistoryReply(Reply, kw_only=True):
     entries: list[HistoryEntry]
     counts: dict[str, int] = msgspec.field(default_factory=dict)
     retained: int = 0
-    retained_limit: int | None = None
+    retained_limit: int

@@ -42,7 +42,9 @@ from coordinator.protocol.control_room import (
 )
 from coordinator.protocol.lane_replies import (
     UNKNOWN,
+    CooldownReason,
     CooldownReply,
+    CoordinatorKind,
     ErrorCode,
     EtaError,
     HeartbeatReason,
@@ -50,6 +52,7 @@ from coordinator.protocol.lane_replies import (
     HistoryEntry,
     HistoryReply,
     IncidentKind,
+    InFlightEnd,
     InFlightJob,
     LaneReply,
     Outcome,
@@ -83,10 +86,16 @@ class ErrorDetail(Wire, kw_only=True):
 
 
 class ErrorReply(Wire, kw_only=True):
-    """Every error. Under /v1 it names the coordinator like every /v1 reply; outside /v1 it
-    has no `coordinator`. `supported` only with unsupported-protocol."""
+    """Every error under /v1: it names the coordinator like every /v1 reply. `supported`
+    only with unsupported-protocol."""
 
-    coordinator: str | UnsetType = UNSET
+    coordinator: str
+    error: ErrorDetail
+
+
+class PlainErrorReply(Wire, kw_only=True):
+    """Every error outside /v1 (the public paths and /metrics): no `coordinator`."""
+
     error: ErrorDetail
 
 
@@ -120,6 +129,7 @@ REPLIES: tuple[type[Wire], ...] = (
     EvidenceReply,
     Overview,
     ErrorReply,
+    PlainErrorReply,
     Healthz,
     Readyz,
 )
@@ -128,8 +138,10 @@ __all__ = [
     "REPLIES",
     "UNKNOWN",
     "Collision",
+    "CooldownReason",
     "CooldownReply",
     "CoordinatorEvidence",
+    "CoordinatorKind",
     "ErrorCode",
     "ErrorDetail",
     "ErrorReply",
@@ -140,6 +152,7 @@ __all__ = [
     "HeartbeatReply",
     "HistoryEntry",
     "HistoryReply",
+    "InFlightEnd",
     "InFlightJob",
     "Incident",
     "IncidentKind",
@@ -161,6 +174,7 @@ __all__ = [
     "OverviewLog",
     "Owner",
     "Pause",
+    "PlainErrorReply",
     "Readyz",
     "ReceiptPhase",
     "ReceiptReply",

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Request, expect
 
-from coordinator.http.reads import CONTROL_ROOM_ASSETS
+from coordinator.http.assets import CONTROL_ROOM_ASSETS
 from tests.ui.kit import (
     MAIN,
     POOL,
