@@ -1,10 +1,10 @@
-// Regenerates src/schema.d.ts, the TypeScript types of the coordinator's OpenAPI document.
+// Regenerates src/schema.ts, the TypeScript types of the coordinator's OpenAPI document.
 //
 //   node scripts/generate.mjs SOURCE [OUT]     (npm run generate -- SOURCE [OUT])
 //
 // SOURCE: the live document (`http://127.0.0.1:8787/openapi.json`) or a file holding it
 // (`make ts-schema` writes one from `python -m coordinator.http.openapi`); OUT defaults to
-// src/schema.d.ts. The drift test (tests/typescript/test_typescript_client.py) runs this very
+// src/schema.ts. The drift test (tests/typescript/test_typescript_client.py) runs this very
 // script against a live coordinator into a temp dir and compares the result with the
 // checked-in file, so both always use the same pinned openapi-typescript and options.
 import { readFile, writeFile } from "node:fs/promises";
@@ -50,7 +50,7 @@ export async function generate(source) {
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  const [source, out = new URL("../src/schema.d.ts", import.meta.url)] = process.argv.slice(2);
+  const [source, out = new URL("../src/schema.ts", import.meta.url)] = process.argv.slice(2);
   if (!source) {
     console.error("usage: node scripts/generate.mjs SOURCE [OUT] (SOURCE: a URL or a file)");
     process.exit(2);

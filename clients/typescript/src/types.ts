@@ -1,4 +1,4 @@
-// The wire types the wrapper takes and returns: named parts of the generated src/schema.d.ts
+// The wire types the wrapper takes and returns: named parts of the generated src/schema.ts
 // (`npm run generate`, from the coordinator's GET /openapi.json). Each reply type picks the
 // fields the decoder (src/decode.ts) checks, so a field the document adds later does not
 // break the build, and a field it tightens (nullable → never null, string → its closed set)
