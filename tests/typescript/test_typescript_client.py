@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from coordinator import __version__
-from tests.harness import CoordinatorProcess
+from tests.harness import REPO, CoordinatorProcess
 from tests.typescript.kit import PACKAGE, SCHEMA, ensure_node, run, ts_coordinator
 
 
@@ -47,7 +47,7 @@ def test_checked_in_types_are_the_live_document(
     """Regenerated from the running coordinator's GET /openapi.json with the pinned
     openapi-typescript, the types are byte for byte the checked-in src/schema.ts."""
     fresh = tmp_path / "schema.ts"
-    done = run(["node", "scripts/generate.mjs", f"{coordinator.url}/openapi.json", str(fresh)])
+    done = run(["node", "dev/generate.mjs", f"{coordinator.url}/openapi.json", str(fresh)])
     assert done.returncode == 0, done.stderr
     assert fresh.read_text(encoding="utf-8") == SCHEMA.read_text(encoding="utf-8"), (
         "clients/typescript/src/schema.ts is not what the live /openapi.json generates: run "
@@ -68,7 +68,7 @@ def test_the_cast_check_finds_casts_and_any(tmp_path: Path) -> None:
         "export const e = <string>x;\n",
         encoding="utf-8",
     )
-    done = run(["node", str(PACKAGE / "scripts" / "no-casts.mjs"), str(tmp_path)])
+    done = run(["node", str(PACKAGE / "dev" / "no-casts.mjs"), str(tmp_path)])
     assert done.returncode == 1, done.stderr
     found = sorted(line.split(": ", 1)[1] for line in done.stderr.splitlines()[1:])
     assert found == sorted(
@@ -82,7 +82,7 @@ def test_the_cast_check_finds_casts_and_any(tmp_path: Path) -> None:
         ]
     ), done.stderr
     (tmp_path / "src" / "bad.ts").write_text("export const ok = [1] as const;\n", encoding="utf-8")
-    assert run(["node", str(PACKAGE / "scripts" / "no-casts.mjs"), str(tmp_path)]).returncode == 0
+    assert run(["node", str(PACKAGE / "dev" / "no-casts.mjs"), str(tmp_path)]).returncode == 0
 
 
 def test_the_package_version_is_the_repository_version() -> None:
@@ -96,3 +96,22 @@ def test_the_package_version_is_the_repository_version() -> None:
     pins = package["devDependencies"]
     assert pins and all(re.fullmatch(r"\d+\.\d+\.\d+", v) for v in pins.values()), pins
     assert "dependencies" not in package  # the client itself needs nothing at run time
+
+
+def _typescript_blocks(markdown: str) -> list[str]:
+    return re.findall(r"^```typescript\n(.*?)^```$", markdown, re.M | re.S)
+
+
+def test_the_driver_guide_turn_is_the_example_the_tests_run() -> None:
+    """docs/driver-guide.md's TypeScript turn is examples/turn.ts verbatim (which
+    test/example.test.ts runs against the real coordinator), marked as run elsewhere."""
+    guide = (REPO / "docs" / "driver-guide.md").read_text(encoding="utf-8")
+    example = (PACKAGE / "examples" / "turn.ts").read_text(encoding="utf-8")
+    blocks = _typescript_blocks(guide)
+    assert blocks == [example]
+    head = guide[: guide.index("```typescript\n" + example)].rstrip().splitlines()[-1]
+    assert head.startswith('<!-- skip: next "TypeScript: this is clients/typescript/examples/')
+    for doc in ("docs/client.md", "docs/driver-guide.md"):  # every TypeScript block is marked
+        text = (REPO / doc).read_text(encoding="utf-8")
+        marks = re.findall(r'^<!-- skip: next "[^"]+" -->\n```typescript$', text, re.M)
+        assert len(marks) == len(_typescript_blocks(text)) >= 1, doc

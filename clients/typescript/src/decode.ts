@@ -161,7 +161,8 @@ function orNull<T>(o: Fields, key: string, at: string, decode: (v: unknown, at: 
   return v === null || v === undefined ? null : decode(v, `${at}.${key}`);
 }
 
-/** Any JSON value, rebuilt. */
+/** Any JSON value, rebuilt: what `JSON.parse` returned, checked and typed (a DecodeError
+ * naming where it is not JSON: a number that is not finite, a value JSON has no form for). */
 export function jsonValue(v: unknown, at: string): JsonValue {
   if (v === null || typeof v === "boolean" || typeof v === "string") return v;
   if (typeof v === "number") return Number.isFinite(v) ? v : fail(at, "a finite number", v);
@@ -169,6 +170,7 @@ export function jsonValue(v: unknown, at: string): JsonValue {
   return jsonObject(v, at);
 }
 
+/** A JSON object (a receipt payload), rebuilt like jsonValue. */
 export function jsonObject(v: unknown, at: string): JsonObject {
   const out: JsonObject = {};
   for (const [key, item] of fields(v, at)) {

@@ -13,7 +13,7 @@ export {
   retryDelay,
   safeUrl,
 } from "./transport.js";
-export { COORDINATOR_KINDS, SHARED_KINDS } from "./decode.js";
+export { COORDINATOR_KINDS, DecodeError, SHARED_KINDS, jsonObject, jsonValue } from "./decode.js";
 export {
   DEFAULT_AWAIT_SECONDS,
   DEFAULT_COOLDOWN_REASON,
@@ -23,6 +23,6 @@ export {
   PROTOCOL_VERSION,
   waitForGrant,
 } from "./client.js";
-export { type Settings, type SettingsOptions, connect, loadSettings } from "./config.js";
+export { type Environment, type Settings, type SettingsOptions, connect, loadSettings } from "./config.js";
 export { VERSION } from "./version.js";
 export type { components, paths } from "./schema.js";

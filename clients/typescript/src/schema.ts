@@ -3,10 +3,10 @@
  * Do not make direct changes to the file.
  */
 
-// Generated from the coordinator's GET /openapi.json by scripts/generate.mjs
+// Generated from the coordinator's GET /openapi.json by dev/generate.mjs
 // (openapi-typescript, pinned in package-lock.json). Do not edit: run `make ts-schema`.
 
-/** A JSON value (the document's JsonValue schema: see scripts/generate.mjs). */
+/** A JSON value (the document's JsonValue schema: see dev/generate.mjs). */
 export type JsonValue = null | boolean | string | number | JsonValue[] | {
     [key: string]: JsonValue;
 };

@@ -6,8 +6,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 
-import { ConfigError, LaneClient, PreProviderError, connect, loadSettings } from "../src/index.js";
-import type { Environment } from "../src/config.js";
+import {
+  ConfigError,
+  type Environment,
+  LaneClient,
+  PreProviderError,
+  connect,
+  loadSettings,
+} from "lane-coordinator-client";
 
 const SECRET = "s3cret-token-that-must-never-appear-0123456789";
 

@@ -18,9 +18,10 @@ import {
   ReceiptConflictError,
   TicketNotHeldError,
   contentHash,
+  jsonObject,
+  jsonValue,
   waitForGrant,
-} from "../src/index.js";
-import { jsonObject, jsonValue } from "../src/decode.js";
+} from "lane-coordinator-client";
 import { REPO, computer } from "./kit.js";
 
 const RUN = `${process.pid}-${Date.now().toString(36)}`;

@@ -6,8 +6,14 @@ import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 
-import { BadRequestError, type JsonValue, canonicalJson, contentHash, receiptIdFor } from "../src/index.js";
-import { jsonValue } from "../src/decode.js";
+import {
+  BadRequestError,
+  type JsonValue,
+  canonicalJson,
+  contentHash,
+  jsonValue,
+  receiptIdFor,
+} from "lane-coordinator-client";
 import { REPO } from "./kit.js";
 
 const VECTORS = join(REPO, "tests", "data", "jcs_vectors");

@@ -3,12 +3,26 @@
 // does not produce on demand (the Python client's tests use the same kinds: tests/harness/fakes.py).
 import { type IncomingMessage, type ServerResponse, createServer } from "node:http";
 import { type Socket, createServer as createTcpServer } from "node:net";
+import { existsSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { LaneClient, type LaneClientOptions } from "../src/index.js";
+import { LaneClient, type LaneClientOptions } from "lane-coordinator-client";
 
-/** The repository's root (this file runs as build/test/kit.js). */
-export const REPO = fileURLToPath(new URL("../../../../", import.meta.url));
+/** The nearest folder at or above this file that holds `marker`. */
+function above(marker: string): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  while (!existsSync(join(dir, marker))) {
+    const up = dirname(dir);
+    if (up === dir) throw new Error(`no ${marker} above ${fileURLToPath(import.meta.url)}`);
+    dir = up;
+  }
+  return dir;
+}
+
+/** This package's folder (clients/typescript) and the repository's root. */
+export const PACKAGE = above("package.json");
+export const REPO = above(join("tests", "data", "jcs_vectors"));
 
 /** The coordinator the pytest side started: LANE_COORDINATOR_URL and LANE_TOKEN. */
 export function realServer(): { url: string; token: string } {

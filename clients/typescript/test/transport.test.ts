@@ -19,7 +19,7 @@ import {
   UnavailableError,
   retryDelay,
   DEFAULT_RETRY,
-} from "../src/index.js";
+} from "lane-coordinator-client";
 import { fakeServer, json, refusedPort, silentServer, statusBody } from "./kit.js";
 
 const SECRET = "s3cret-token-that-must-never-appear-0123456789";

@@ -1,6 +1,6 @@
 // Regenerates src/schema.ts, the TypeScript types of the coordinator's OpenAPI document.
 //
-//   node scripts/generate.mjs SOURCE [OUT]     (npm run generate -- SOURCE [OUT])
+//   node dev/generate.mjs SOURCE [OUT]     (npm run generate -- SOURCE [OUT])
 //
 // SOURCE: the live document (`http://127.0.0.1:8787/openapi.json`) or a file holding it
 // (`make ts-schema` writes one from `python -m coordinator.http.openapi`); OUT defaults to
@@ -14,7 +14,7 @@ import ts from "typescript";
 
 const HEADER =
   COMMENT_HEADER +
-  "// Generated from the coordinator's GET /openapi.json by scripts/generate.mjs\n" +
+  "// Generated from the coordinator's GET /openapi.json by dev/generate.mjs\n" +
   "// (openapi-typescript, pinned in package-lock.json). Do not edit: run `make ts-schema`.\n\n";
 
 async function load(source) {
@@ -32,7 +32,7 @@ async function load(source) {
 // recursive, so the component is emitted as a reference to this alias instead.
 const JSON_VALUE = "#/components/schemas/JsonValue";
 const JSON_VALUE_ALIAS =
-  "/** A JSON value (the document's JsonValue schema: see scripts/generate.mjs). */\n" +
+  "/** A JSON value (the document's JsonValue schema: see dev/generate.mjs). */\n" +
   "export type JsonValue = null | boolean | string | number | JsonValue[] | {\n" +
   "    [key: string]: JsonValue;\n};\n";
 
@@ -50,11 +50,11 @@ export async function generate(source) {
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  const [source, out = new URL("../src/schema.ts", import.meta.url)] = process.argv.slice(2);
+  const [source, out = "src/schema.ts"] = process.argv.slice(2); // npm runs it in the package
   if (!source) {
-    console.error("usage: node scripts/generate.mjs SOURCE [OUT] (SOURCE: a URL or a file)");
+    console.error("usage: node dev/generate.mjs SOURCE [OUT] (SOURCE: a URL or a file)");
     process.exit(2);
   }
   await writeFile(out, await generate(source), "utf8");
-  console.error(`wrote ${out instanceof URL ? fileURLToPath(out) : out}`);
+  console.error(`wrote ${out}`);
 }

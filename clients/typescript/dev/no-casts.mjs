@@ -4,12 +4,11 @@
 // comment. What the types say is then what the decoders checked (src/decode.ts).
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join, relative } from "node:path";
-import { fileURLToPath } from "node:url";
 import ts from "typescript";
 
 // The package to check: this one, or the directory given (tests/typescript checks that a cast
 // in a scratch package is found).
-const root = process.argv[2] ?? fileURLToPath(new URL("..", import.meta.url));
+const root = process.argv[2] ?? process.cwd(); // npm runs it in the package
 const DIRS = ["src", "test", "examples"];
 const GENERATED = join("src", "schema.ts");
 
