@@ -94,7 +94,7 @@ test("the drill, steps 1-6, computers A and B", async (t) => {
     ids.set("race", ra.ticket.ticketId);
   });
 
-  await t.test("4. A releases its exact ticket: B's parked await is granted", async () => {
+  await t.test("4. A releases its exact ticket: B's parked await is granted", async (t4) => {
     const parked = b.awaitTicket(lane, id("b"), { waitSeconds: 30 });
     await new Promise((resolve) => setTimeout(resolve, 200)); // parked before A releases
     const t0 = performance.now();
@@ -106,6 +106,7 @@ test("the drill, steps 1-6, computers A and B", async (t) => {
     assert.ok(w.granted && w.ticket.state === "held", `state=${w.ticket.state}`);
     assert.equal(w.ticket.fence, fenceA + 1, "a grant's fence is the previous one + 1");
     assert.ok(waited < 5000, `the await answered ${waited} ms after the release`);
+    t4.diagnostic(`release + the parked await's answer: ${waited.toFixed(1)} ms`);
     const again = await a.release(lane, id("a"), { outcome: "completed" });
     assert.ok(!again.released && again.reason === "already-done");
   });
@@ -150,7 +151,7 @@ test("the drill, steps 1-6, computers A and B", async (t) => {
     assert.ok((await owner.release(lane, id("race"), { outcome: "completed" })).released);
   });
 
-  await t.test("6. a short lease stops heartbeating: the alarm promotes the waiter after expiry", async () => {
+  await t.test("6. a short lease stops heartbeating: the alarm promotes the waiter after expiry", async (t6) => {
     const r = await a.acquire(lane, PROJECT, "shared-queue-drill-short", HASH, { leaseSeconds: SHORT_LEASE_SECONDS });
     assert.ok(r.granted && r.ticket.leaseExpiresAt !== null);
     const expiry = r.ticket.leaseExpiresAt;
@@ -164,6 +165,7 @@ test("the drill, steps 1-6, computers A and B", async (t) => {
     assert.ok(parked < 59, "the await answered only at its limit: not woken by the alarm");
     const late = (w.ticket.heldAt ?? 0) - expiry;
     assert.ok(late >= 0 && late <= MAX_PROMOTION_LATENESS, `promoted ${late} s after the expiry`);
+    t6.diagnostic(`the alarm promoted the waiter ${(late * 1000).toFixed(1)} ms after the expiry`);
     const hb = await a.heartbeat(lane, r.ticket.ticketId);
     assert.ok(!hb.refreshed && hb.reason === "expired" && hb.state === "expired");
     const lateRelease = await a.release(lane, r.ticket.ticketId, { outcome: "lease-lost" });
