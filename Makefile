@@ -9,7 +9,7 @@ CONFIG    ?= deploy/example-config.toml
 # uv: the one on PATH, else the one `make setup` installs into the venv
 UV         = $(shell command -v uv 2>/dev/null || echo $(BIN)/uv)
 
-.PHONY: setup run run-ha test test-core test-ui lint openapi node-tools bench bench-peers verify dist drill drill-ha drill-netns faults check clean
+.PHONY: setup run run-ha test test-core test-ui lint openapi node-tools bench bench-peers verify dist ts-schema drill drill-ha drill-netns faults check clean
 
 setup: $(VENV)/.installed
 
@@ -41,7 +41,8 @@ test: test-core test-ui
 test-core: setup node-tools
 	@sh scripts/ensure-postgres.sh
 	@sh scripts/ensure-cc.sh
-	$(BIN)/pytest -q tests/unit tests/contract tests/store_pg tests/replicas tests/integration tests/acceptance tests/ops tests/client tests/drill tests/driver tests/faults tests/powerloss
+	@sh scripts/ensure-node.sh
+	$(BIN)/pytest -q tests/unit tests/contract tests/store_pg tests/replicas tests/integration tests/acceptance tests/ops tests/client tests/drill tests/driver tests/faults tests/powerloss tests/typescript
 
 test-ui: setup
 	@sh scripts/ensure-chromium.sh
@@ -95,13 +96,26 @@ verify: setup openapi
 	  $(BIN)/lane-coordinator check --data-dir var/verify-data --config deploy/production-config.toml
 	@echo "verify: OK (ruff, ruff format, mypy --strict, the OpenAPI document's lint and ajv, every test, check of the production config)"
 
-## make dist: the wheel and the sdist users install, in dist/ (tests/ops/test_dist.py builds
-## the same wheel and installs it into a fresh venv)
+## make dist: the wheel and the sdist users install, and the TypeScript client's npm package
+## (`npm pack`: lane-coordinator-client-<version>.tgz), in dist/ (tests/ops/test_dist.py builds
+## the same wheel and installs it into a fresh venv; tests/typescript/test_typescript_package.py
+## packs and installs the npm package)
 dist: setup
 	@test -x "$(UV)" || $(PY) -m pip install -q uv
 	rm -rf dist
 	$(UV) build --python $(PY) --out-dir dist
+	@sh scripts/ensure-node.sh
+	cd clients/typescript && npm pack --silent --pack-destination $(CURDIR)/dist >/dev/null
 	@ls -1 dist
+
+## make ts-schema: regenerate the TypeScript client's types (clients/typescript/src/schema.ts)
+## from this checkout's OpenAPI document, the one GET /openapi.json serves (tests/typescript
+## fails while the checked-in file differs from the live document's)
+ts-schema: setup
+	@sh scripts/ensure-node.sh
+	@mkdir -p var
+	@$(PY) -m coordinator.http.openapi > var/openapi-ts.json
+	cd clients/typescript && npm run --silent generate -- $(CURDIR)/var/openapi-ts.json
 
 ## make drill: the acceptance drill (docs/protocol.md#acceptance-drill): a fresh loopback
 ## coordinator, roles A and B as two processes (tests/drill runs the same script in `make test`)
