@@ -41,7 +41,6 @@ test: test-core test-ui
 test-core: setup node-tools
 	@sh scripts/ensure-postgres.sh
 	@sh scripts/ensure-cc.sh
-	@sh scripts/ensure-node.sh
 	$(BIN)/pytest -q tests/unit tests/contract tests/store_pg tests/replicas tests/integration tests/acceptance tests/ops tests/client tests/drill tests/driver tests/faults tests/powerloss tests/typescript
 
 test-ui: setup
@@ -54,9 +53,10 @@ lint: setup openapi
 	$(BIN)/mypy
 	$(BIN)/mypy --strict scripts/ha_proxy.py scripts/local_postgres.py scripts/run_ha.py
 
-## make node-tools: Node.js (Debian's when missing) and the pinned npm tools of tools/openapi
+## make node-tools: Node.js (Debian's when missing) and the pinned npm packages of
+## clients/typescript and tools/openapi
 node-tools:
-	@sh scripts/ensure-node-tools.sh
+	@sh scripts/ensure-node.sh
 
 ## make openapi: the generated /openapi.json judged by other ecosystems' tools: Redocly CLI's
 ## recommended rules (0 errors, 0 warnings; tools/openapi/redocly.yaml) and ajv strict (every

@@ -1,5 +1,5 @@
 """The judges of the OpenAPI document from other ecosystems (tools/openapi, installed by
-scripts/ensure-node-tools.sh): Redocly CLI's lint and ajv (tools/openapi/check-document.mjs),
+scripts/ensure-node.sh): Redocly CLI's lint and ajv (tools/openapi/check-document.mjs),
 run on a document (and recorded replies) a test hands them."""
 
 from __future__ import annotations

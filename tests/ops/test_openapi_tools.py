@@ -1,5 +1,5 @@
 """The live /openapi.json judged by tools from other ecosystems (tools/openapi: Redocly CLI and
-ajv, pinned by package.json + package-lock.json, installed by scripts/ensure-node-tools.sh,
+ajv, pinned by package.json + package-lock.json, installed by scripts/ensure-node.sh,
 which `make test` runs first): Redocly's recommended rules find nothing (every warning is an
 error: tools/openapi/redocly.yaml), ajv in strict mode (JSON Schema 2020-12, ECMA-262 regexes
 with the `u` flag) compiles every schema and validates every example of the document, and

@@ -177,7 +177,8 @@ export interface paths {
         post?: never;
         delete?: never;
         options?: never;
-        head?: never;
+        /** Every known lane: capacity, held/queued counts, pause (HEAD: the GET's status and headers, no body) */
+        head: operations["v1_lanes_head"];
         patch?: never;
         trace?: never;
     };
@@ -194,7 +195,8 @@ export interface paths {
         post?: never;
         delete?: never;
         options?: never;
-        head?: never;
+        /** Incidents, newest first, of one lane or all (HEAD: the GET's status and headers, no body) */
+        head: operations["v1_incidents_head"];
         patch?: never;
         trace?: never;
     };
@@ -211,7 +213,8 @@ export interface paths {
         post?: never;
         delete?: never;
         options?: never;
-        head?: never;
+        /** Machine presence: online for 180 s after its last authenticated call that named it (HEAD: the GET's status and headers, no body) */
+        head: operations["v1_machines_head"];
         patch?: never;
         trace?: never;
     };
@@ -228,7 +231,8 @@ export interface paths {
         post?: never;
         delete?: never;
         options?: never;
-        head?: never;
+        /** Coordinator evidence of a lane and job evidence of one ticket (HEAD: the GET's status and headers, no body) */
+        head: operations["v1_evidence_head"];
         patch?: never;
         trace?: never;
     };
@@ -245,7 +249,8 @@ export interface paths {
         post?: never;
         delete?: never;
         options?: never;
-        head?: never;
+        /** Every known lane in one bounded read (status, recent render log, receipts, projects), incidents, machines and the chosen render log: the control room's whole refresh, whatever the number of lanes (HEAD: the GET's status and headers, no body) */
+        head: operations["v1_overview_head"];
         patch?: never;
         trace?: never;
     };
@@ -262,7 +267,8 @@ export interface paths {
         post?: never;
         delete?: never;
         options?: never;
-        head?: never;
+        /** Redirect to the control-room page (HEAD: the GET's status and headers, no body) */
+        head: operations["v1_dashboard_head"];
         patch?: never;
         trace?: never;
     };
@@ -279,7 +285,8 @@ export interface paths {
         post?: never;
         delete?: never;
         options?: never;
-        head?: never;
+        /** Prometheus metrics (text exposition format) (HEAD: the GET's status and headers, no body) */
+        head: operations["metrics_head"];
         patch?: never;
         trace?: never;
     };
@@ -296,7 +303,8 @@ export interface paths {
         post?: never;
         delete?: never;
         options?: never;
-        head?: never;
+        /** Liveness; public; no queue data (HEAD: the GET's status and headers, no body) */
+        head: operations["healthz_head"];
         patch?: never;
         trace?: never;
     };
@@ -313,7 +321,8 @@ export interface paths {
         post?: never;
         delete?: never;
         options?: never;
-        head?: never;
+        /** Readiness; public; no queue data: 200 while the server can commit (the store is reachable, not shutting down), else 503 with why (HEAD: the GET's status and headers, no body) */
+        head: operations["readyz_head"];
         patch?: never;
         trace?: never;
     };
@@ -330,7 +339,8 @@ export interface paths {
         post?: never;
         delete?: never;
         options?: never;
-        head?: never;
+        /** This document; public (it describes the API, it holds no data) (HEAD: the GET's status and headers, no body) */
+        head: operations["openapi_head"];
         patch?: never;
         trace?: never;
     };
@@ -347,7 +357,26 @@ export interface paths {
         post?: never;
         delete?: never;
         options?: never;
-        head?: never;
+        /** The read-only control-room page; it holds no data (unlocked by token) (HEAD: the GET's status and headers, no body) */
+        head: operations["control_room_head"];
+        patch?: never;
+        trace?: never;
+    };
+    "/control-room/assets/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One of the control-room page's own scripts or its style sheet; public */
+        get: operations["control_room_asset"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        /** One of the control-room page's own scripts or its style sheet; public (HEAD: the GET's status and headers, no body) */
+        head: operations["control_room_asset_head"];
         patch?: never;
         trace?: never;
     };
@@ -548,7 +577,11 @@ export interface components {
          * @description acquire and await: the ticket, whether the caller holds it, its owner, the lane's pause.
          */
         LaneReply: {
-            coordinator: string;
+            /**
+             * @description who answered: this server on SQLite, replicas on PostgreSQL, the client's local queue
+             * @enum {string}
+             */
+            coordinator: "actor-sqlite" | "actor-postgres" | "local-sqlite";
             lane: string;
             enforced: boolean;
             ticket: components["schemas"]["Ticket"];
@@ -568,22 +601,17 @@ export interface components {
             lane: string;
             /** @enum {unknown} */
             state: "done" | "expired" | "held" | "queued";
-            /** @default null */
-            machineId: string | null;
+            machineId: string;
             /** @default null */
             claimId: string | null;
-            /** @default null */
-            project: string | null;
-            /** @default null */
-            scene: string | null;
-            /** @default null */
-            promptHash: string | null;
+            project: string;
+            scene: string;
+            promptHash: string;
             /** @default null */
             position: number | null;
             /** @default null */
             etaSeconds: number | null;
-            /** @default null */
-            enqueuedAt: number | null;
+            enqueuedAt: number;
             /** @default null */
             heldAt: number | null;
             /** @default null */
@@ -598,7 +626,7 @@ export interface components {
          * @description A ticket's owner: the (machineId, claimId) of the acquire that created it.
          */
         Owner: {
-            machineId: string | null;
+            machineId: string;
             /** @default null */
             claimId: string | null;
         };
@@ -607,7 +635,8 @@ export interface components {
          * @description The lane's active provider cooldown: nothing is promoted until `until`.
          */
         Pause: {
-            reasonCode: string;
+            /** @enum {unknown} */
+            reasonCode: "provider-human-check";
             startedAt: number;
             until: number;
             machineId: string;
@@ -620,7 +649,11 @@ export interface components {
          * @description A heartbeat: the lease refreshed, or `reason` (not-held, expired, done, not-owner).
          */
         HeartbeatReply: {
-            coordinator: string;
+            /**
+             * @description who answered: this server on SQLite, replicas on PostgreSQL, the client's local queue
+             * @enum {string}
+             */
+            coordinator: "actor-sqlite" | "actor-postgres" | "local-sqlite";
             refreshed: boolean;
             /** @enum {unknown} */
             state: "done" | "expired" | "held" | "queued";
@@ -629,7 +662,7 @@ export interface components {
             /** @default null */
             fence: number | null;
             /** @default null */
-            reason: string | null;
+            reason: ("done" | "expired" | "not-held" | "not-owner") | null;
         };
         /**
          * ReleaseReply
@@ -637,16 +670,20 @@ export interface components {
          *     already-done, not-owner).
          */
         ReleaseReply: {
-            coordinator: string;
+            /**
+             * @description who answered: this server on SQLite, replicas on PostgreSQL, the client's local queue
+             * @enum {string}
+             */
+            coordinator: "actor-sqlite" | "actor-postgres" | "local-sqlite";
             released: boolean;
             /** @enum {unknown} */
             state: "done" | "expired" | "held" | "queued";
             /** @default null */
-            outcome: string | null;
+            outcome: ("abandoned" | "completed" | "expired" | "failed" | "lease-lost" | "not-submitted" | "slot-busy" | "timeout") | null;
             /** @default [] */
             promoted: string[];
             /** @default null */
-            reason: string | null;
+            reason: ("already-done" | "expired" | "not-owner") | null;
         };
         /**
          * ReceiptReply
@@ -654,7 +691,11 @@ export interface components {
          *     or an unenforced lane).
          */
         ReceiptReply: {
-            coordinator: string;
+            /**
+             * @description who answered: this server on SQLite, replicas on PostgreSQL, the client's local queue
+             * @enum {string}
+             */
+            coordinator: "actor-sqlite" | "actor-postgres" | "local-sqlite";
             stored: boolean;
             replay: boolean;
             /** @default null */
@@ -665,7 +706,11 @@ export interface components {
          * @description A cooldown report: the lane's pause (started, or `extended` to a later `until`).
          */
         CooldownReply: {
-            coordinator: string;
+            /**
+             * @description who answered: this server on SQLite, replicas on PostgreSQL, the client's local queue
+             * @enum {string}
+             */
+            coordinator: "actor-sqlite" | "actor-postgres" | "local-sqlite";
             paused: boolean;
             /** @default false */
             extended: boolean;
@@ -677,7 +722,11 @@ export interface components {
          * @description A reconcile: the ticket's in-flight job ended and `promoted` were granted.
          */
         ReconcileReply: {
-            coordinator: string;
+            /**
+             * @description who answered: this server on SQLite, replicas on PostgreSQL, the client's local queue
+             * @enum {string}
+             */
+            coordinator: "actor-sqlite" | "actor-postgres" | "local-sqlite";
             reconciled: boolean;
             /** @default [] */
             promoted: string[];
@@ -686,24 +735,30 @@ export interface components {
          * StatusReply
          * @description A lane's held tickets (by fence) and queued ones (in promotion order, at most 200;
          *     `queuedTotal` counts them all), the in-flight jobs that take slots too (`inFlight`, by
-         *     holdUntil). `recentReceipts` (newest first, at most 50) only with
+         *     holdUntil), how far the lane's ETAs were off (`etaError`, null before its first grant and
+         *     on an unenforced lane). `recentReceipts` (newest first, at most 50) only with
          *     `includeReceipts: true` on an enforced lane.
          */
         StatusReply: {
-            coordinator: string;
+            /**
+             * @description who answered: this server on SQLite, replicas on PostgreSQL, the client's local queue
+             * @enum {string}
+             */
+            coordinator: "actor-sqlite" | "actor-postgres" | "local-sqlite";
             lane: string;
             enforced: boolean;
             /** @default null */
             capacity: number | null;
             held: components["schemas"]["Ticket"][];
             queued: components["schemas"]["Ticket"][];
-            /** @default null */
-            queuedTotal: number | null;
+            queuedTotal: number;
             /** @default null */
             pause: components["schemas"]["Pause"] | null;
             now: number;
             /** @default [] */
             inFlight: components["schemas"]["InFlightJob"][];
+            /** @default null */
+            etaError: components["schemas"]["EtaError"] | null;
             recentReceipts?: components["schemas"]["ReceiptRow"][];
         };
         /**
@@ -725,6 +780,17 @@ export interface components {
             holdUntil: number;
         };
         /**
+         * EtaError
+         * @description How far the lane's ETAs were off (docs/protocol.md#eta-error): over its last `grants`
+         *     grants (at most 100), the median and the 90th percentile (nearest rank) of
+         *     |etaFirstSeconds − waitSeconds|, each grant's first ETA against the wait it had.
+         */
+        EtaError: {
+            grants: number;
+            medianSeconds: number;
+            p90Seconds: number;
+        };
+        /**
          * ReceiptRow
          * @description A stored receipt.
          */
@@ -734,7 +800,9 @@ export interface components {
             /** @enum {unknown} */
             phase: "lease-acquired" | "provider-submitted" | "provider-terminal" | "references-applied";
             machineId: string;
-            payload: Record<string, never>;
+            payload: {
+                [key: string]: components["schemas"]["JsonValue"];
+            };
             contentHash: string;
             contentHashVerified: boolean | null;
             createdAt: number;
@@ -744,7 +812,11 @@ export interface components {
          * @description The render log, newest first; `counts` is outcome -> number over these entries.
          */
         HistoryReply: {
-            coordinator: string;
+            /**
+             * @description who answered: this server on SQLite, replicas on PostgreSQL, the client's local queue
+             * @enum {string}
+             */
+            coordinator: "actor-sqlite" | "actor-postgres" | "local-sqlite";
             lane: string;
             /** @default true */
             enforced: boolean;
@@ -755,14 +827,15 @@ export interface components {
             };
             /** @default 0 */
             retained: number;
-            /** @default null */
-            retainedLimit: number | null;
+            retainedLimit: number;
         };
         /**
          * HistoryEntry
          * @description A render-log row: a ticket that reached done or expired (`lateOutcome`: what a release
-         *     after the lease expired reported; `inFlightUntil` / `inFlightEnded`: the in-flight job it
-         *     left, and how that ended — null while it holds).
+         *     after the lease expired reported; `etaFirstSeconds`: the ETA the acquire that created it
+         *     answered, 0 when granted at once, null for a ticket older than that record;
+         *     `waitSeconds`: heldAt − enqueuedAt; `inFlightUntil` / `inFlightEnded`: the in-flight job
+         *     it left, and how that ended — null while it holds).
          */
         HistoryEntry: {
             ticketId: string;
@@ -773,9 +846,9 @@ export interface components {
             /** @default null */
             claimId: string | null;
             /** @default null */
-            outcome: string | null;
+            outcome: ("abandoned" | "completed" | "expired" | "failed" | "lease-lost" | "not-submitted" | "slot-busy" | "timeout") | null;
             /** @default null */
-            lateOutcome: string | null;
+            lateOutcome: ("abandoned" | "completed" | "failed" | "lease-lost" | "not-submitted" | "slot-busy" | "timeout") | null;
             /** @default null */
             providerJobId: string | null;
             /** @default null */
@@ -783,8 +856,9 @@ export interface components {
             enqueuedAt: number;
             /** @default null */
             heldAt: number | null;
+            endedAt: number;
             /** @default null */
-            endedAt: number | null;
+            etaFirstSeconds: number | null;
             /** @default null */
             waitSeconds: number | null;
             /** @default null */
@@ -794,17 +868,20 @@ export interface components {
             /** @default null */
             inFlightUntil: number | null;
             /** @default null */
-            inFlightEnded: string | null;
+            inFlightEnded: ("expired" | "receipt" | "reconciled:completed" | "reconciled:failed" | "reconciled:not-found" | "reconciled:not-submitted" | "reconciled:slot-busy") | null;
         };
         /**
          * LanesReply
          * @description Every lane with a file or a per-lane capacity, sorted by name.
          */
         LanesReply: {
-            coordinator: string;
+            /**
+             * @description who answered: this server on SQLite, replicas on PostgreSQL, the client's local queue
+             * @enum {string}
+             */
+            coordinator: "actor-sqlite" | "actor-postgres" | "local-sqlite";
             lanes: components["schemas"]["LaneSummary"][];
-            /** @default null */
-            now: number | null;
+            now: number;
         };
         /**
          * LaneSummary
@@ -829,36 +906,32 @@ export interface components {
          * @description Incidents, newest first.
          */
         IncidentsReply: {
-            coordinator: string;
+            /**
+             * @description who answered: this server on SQLite, replicas on PostgreSQL, the client's local queue
+             * @enum {string}
+             */
+            coordinator: "actor-sqlite" | "actor-postgres" | "local-sqlite";
             incidents: components["schemas"]["Incident"][];
         };
         /**
          * Incident
          * @description Something that happened in a lane: a reaped lease, an abandoned waiter, a late release,
          *     a duplicate collision, a receipt hash mismatch, a cooldown started, extended or ended.
-         *     `detail` holds the facts of its kind.
+         *     `detail` holds the facts of its kind. One schema per kind, its detail typed.
          */
-        Incident: {
-            id: number;
-            lane: string;
-            kind: string;
-            at: number;
-            /** @default null */
-            ticketId: string | null;
-            /** @default null */
-            machineId: string | null;
-            /** @default {} */
-            detail: Record<string, never>;
-        };
+        Incident: components["schemas"]["ProviderCooldownStartedIncident"] | components["schemas"]["ProviderCooldownExtendedIncident"] | components["schemas"]["ProviderCooldownEndedIncident"] | components["schemas"]["ReceiptHashMismatchIncident"] | components["schemas"]["LeaseExpiredIncident"] | components["schemas"]["WaiterAbandonedIncident"] | components["schemas"]["DuplicateCollisionIncident"] | components["schemas"]["LateReleaseIncident"] | components["schemas"]["InFlightHeldIncident"] | components["schemas"]["InFlightEndedIncident"] | components["schemas"]["InFlightExpiredIncident"];
         /**
          * MachinesReply
          * @description The computers seen in the last hour (at most 1,000), most recently seen first.
          */
         MachinesReply: {
-            coordinator: string;
+            /**
+             * @description who answered: this server on SQLite, replicas on PostgreSQL, the client's local queue
+             * @enum {string}
+             */
+            coordinator: "actor-sqlite" | "actor-postgres" | "local-sqlite";
             machines: components["schemas"]["Machine"][];
-            /** @default null */
-            now: number | null;
+            now: number;
         };
         /**
          * Machine
@@ -868,8 +941,7 @@ export interface components {
             machineId: string;
             lastSeenAt: number;
             online: boolean;
-            /** @default null */
-            secondsSinceSeen: number | null;
+            secondsSinceSeen: number;
             /** @default [] */
             lanes: string[];
         };
@@ -879,14 +951,17 @@ export interface components {
          *     ticketId was asked for).
          */
         EvidenceReply: {
-            coordinator: string;
+            /**
+             * @description who answered: this server on SQLite, replicas on PostgreSQL, the client's local queue
+             * @enum {string}
+             */
+            coordinator: "actor-sqlite" | "actor-postgres" | "local-sqlite";
             lane: string;
             enforced: boolean;
             coordinatorEvidence: components["schemas"]["CoordinatorEvidence"];
             /** @default null */
             jobEvidence: components["schemas"]["JobEvidence"] | null;
-            /** @default null */
-            now: number | null;
+            now: number;
         };
         /**
          * CoordinatorEvidence
@@ -934,7 +1009,7 @@ export interface components {
             identity: "unknown" | components["schemas"]["JobIdentity"];
             /** @enum {unknown} */
             state?: "done" | "expired" | "held" | "queued";
-            outcome?: string | null;
+            outcome?: ("abandoned" | "completed" | "expired" | "failed" | "lease-lost" | "not-submitted" | "slot-busy" | "timeout") | null;
             fence?: number | null;
             receipts: {
                 [key: string]: components["schemas"]["ReceiptRow"][] | "unknown";
@@ -958,7 +1033,11 @@ export interface components {
          * @description The control room's whole periodic refresh in one bounded read.
          */
         Overview: {
-            coordinator: string;
+            /**
+             * @description who answered: this server on SQLite, replicas on PostgreSQL, the client's local queue
+             * @enum {string}
+             */
+            coordinator: "actor-sqlite" | "actor-postgres" | "local-sqlite";
             now: number;
             limits: components["schemas"]["OverviewLimits"];
             lanes: components["schemas"]["OverviewLane"][];
@@ -979,7 +1058,8 @@ export interface components {
         };
         /**
          * OverviewLane
-         * @description One known lane: its status (held, queued in promotion order) and bounded reads.
+         * @description One known lane: its status (held, queued in promotion order, in-flight jobs, the ETA
+         *     error) and bounded reads.
          */
         OverviewLane: {
             lane: string;
@@ -992,6 +1072,8 @@ export interface components {
             now: number;
             /** @default [] */
             inFlight: components["schemas"]["InFlightJob"][];
+            /** @default null */
+            etaError: components["schemas"]["EtaError"] | null;
             history: components["schemas"]["LaneHistory"];
             recentReceipts: components["schemas"]["ReceiptSummary"][];
             receiptMismatches: components["schemas"]["ReceiptSummary"][];
@@ -1047,9 +1129,9 @@ export interface components {
             /** @default null */
             claimId: string | null;
             /** @default null */
-            outcome: string | null;
+            outcome: ("abandoned" | "completed" | "expired" | "failed" | "lease-lost" | "not-submitted" | "slot-busy" | "timeout") | null;
             /** @default null */
-            lateOutcome: string | null;
+            lateOutcome: ("abandoned" | "completed" | "failed" | "lease-lost" | "not-submitted" | "slot-busy" | "timeout") | null;
             /** @default null */
             providerJobId: string | null;
             /** @default null */
@@ -1057,8 +1139,9 @@ export interface components {
             enqueuedAt: number;
             /** @default null */
             heldAt: number | null;
+            endedAt: number;
             /** @default null */
-            endedAt: number | null;
+            etaFirstSeconds: number | null;
             /** @default null */
             waitSeconds: number | null;
             /** @default null */
@@ -1068,16 +1151,20 @@ export interface components {
             /** @default null */
             inFlightUntil: number | null;
             /** @default null */
-            inFlightEnded: string | null;
+            inFlightEnded: ("expired" | "receipt" | "reconciled:completed" | "reconciled:failed" | "reconciled:not-found" | "reconciled:not-submitted" | "reconciled:slot-busy") | null;
             lane: string;
         };
         /**
          * ErrorReply
-         * @description Every error. Under /v1 it names the coordinator like every /v1 reply; outside /v1 it
-         *     has no `coordinator`. `supported` only with unsupported-protocol.
+         * @description Every error under /v1: it names the coordinator like every /v1 reply. `supported`
+         *     only with unsupported-protocol.
          */
         ErrorReply: {
-            coordinator?: string;
+            /**
+             * @description who answered: this server on SQLite, replicas on PostgreSQL, the client's local queue
+             * @enum {string}
+             */
+            coordinator: "actor-sqlite" | "actor-postgres" | "local-sqlite";
             error: components["schemas"]["ErrorDetail"];
         };
         /**
@@ -1089,6 +1176,13 @@ export interface components {
             code: "bad-request" | "method-not-allowed" | "not-found" | "not-holder" | "not-in-flight" | "not-owner" | "payload-too-large" | "receipt-conflict" | "ticket-not-held" | "unauthorized" | "unavailable" | "unsupported-media-type" | "unsupported-protocol";
             message: string;
             supported?: number[];
+        };
+        /**
+         * PlainErrorReply
+         * @description Every error outside /v1 (the public paths and /metrics): no `coordinator`.
+         */
+        PlainErrorReply: {
+            error: components["schemas"]["ErrorDetail"];
         };
         /**
          * Healthz
@@ -1106,22 +1200,264 @@ export interface components {
             ready: boolean;
             brokenLanes: number;
         };
-        /** @description a JSON value RFC 8785 can canonicalize (integers within ±(2^53-1)) */
+        /**
+         * CooldownStartedDetail
+         * @description provider-cooldown-started: the lane paused until `until`.
+         */
+        CooldownStartedDetail: {
+            /** @enum {unknown} */
+            reasonCode: "provider-human-check";
+            until: number;
+            retryAfterSeconds: number;
+        };
+        /**
+         * CooldownExtendedDetail
+         * @description provider-cooldown-extended: a longer report moved the pause's end to `until`.
+         */
+        CooldownExtendedDetail: {
+            /** @enum {unknown} */
+            reasonCode: "provider-human-check";
+            until: number;
+            extendedAt?: number;
+            previousUntil?: number;
+            startedAt?: number;
+            retryAfterSeconds?: number;
+        };
+        /**
+         * CooldownEndedDetail
+         * @description provider-cooldown-ended: the pause that began at `startedAt` ended (the incident's
+         *     `at` is its end).
+         */
+        CooldownEndedDetail: {
+            /** @enum {unknown} */
+            reasonCode: "provider-human-check";
+            startedAt: number;
+        };
+        /**
+         * ReceiptHashMismatchDetail
+         * @description receipt-hash-mismatch: a receipt stored with a contentHash that is not the hash of its
+         *     payload's canonical JSON.
+         */
+        ReceiptHashMismatchDetail: {
+            receiptId: string;
+            /** @enum {unknown} */
+            phase: "lease-acquired" | "provider-submitted" | "provider-terminal" | "references-applied";
+            sentHash: string;
+            computedHash: string;
+        };
+        /**
+         * LeaseExpiredDetail
+         * @description lease-expired: the alarm reaped a held lease (the incident's `at` is its end).
+         */
+        LeaseExpiredDetail: {
+            fence: number;
+        };
+        /**
+         * WaiterAbandonedDetail
+         * @description waiter-abandoned: a queued ticket's waiter sent no keep-alive for this long.
+         */
+        WaiterAbandonedDetail: {
+            waiterTimeoutSeconds: number;
+        };
+        /**
+         * LateReleaseDetail
+         * @description late-release: the owner released a ticket whose lease had expired; what it reported.
+         */
+        LateReleaseDetail: {
+            lateOutcome: ("abandoned" | "completed" | "failed" | "lease-lost" | "not-submitted" | "slot-busy" | "timeout") | null;
+            fence: number;
+        };
+        /**
+         * InFlightHeldDetail
+         * @description in-flight-held: the ended ticket's provider job keeps a slot until `holdUntil`.
+         */
+        InFlightHeldDetail: {
+            fence: number;
+            /** @enum {unknown} */
+            outcome: "abandoned" | "completed" | "expired" | "failed" | "lease-lost" | "not-submitted" | "slot-busy" | "timeout";
+            submittedAt: number;
+            holdUntil: number;
+        };
+        /**
+         * InFlightEndedDetail
+         * @description in-flight-ended: the hold ended before `holdUntil` (`ended`: how).
+         */
+        InFlightEndedDetail: {
+            fence: number;
+            /** @enum {unknown} */
+            ended: "expired" | "receipt" | "reconciled:completed" | "reconciled:failed" | "reconciled:not-found" | "reconciled:not-submitted" | "reconciled:slot-busy";
+            holdUntil: number;
+        };
+        /**
+         * InFlightExpiredDetail
+         * @description in-flight-expired: the hold reached `holdUntil`.
+         */
+        InFlightExpiredDetail: {
+            fence: number;
+            /** @enum {unknown} */
+            ended: "expired";
+            holdUntil: number;
+        };
+        /** @description any JSON value; a number is read as an IEEE 754 double (RFC 8785): integers beyond ±(2^53−1) are the double nearest to them (send a number whose every digit counts as a string) */
         JsonValue: JsonValue;
-    };
-    responses: {
-        /** @description method-not-allowed: the Allow header names the accepted methods */
-        MethodNotAllowed: {
-            headers: {
-                /** @description the methods the path accepts */
-                Allow: string;
-                [name: string]: unknown;
-            };
-            content: {
-                "application/json": components["schemas"]["ErrorReply"];
-            };
+        /**
+         * ProviderCooldownStartedIncident
+         * @description An incident of kind `provider-cooldown-started`: provider-cooldown-started: the lane paused until `until`.
+         */
+        ProviderCooldownStartedIncident: {
+            id: number;
+            lane: string;
+            /** @constant */
+            kind: "provider-cooldown-started";
+            at: number;
+            ticketId: string;
+            machineId: string;
+            detail: components["schemas"]["CooldownStartedDetail"];
+        };
+        /**
+         * ProviderCooldownExtendedIncident
+         * @description An incident of kind `provider-cooldown-extended`: provider-cooldown-extended: a longer report moved the pause's end to `until`.
+         */
+        ProviderCooldownExtendedIncident: {
+            id: number;
+            lane: string;
+            /** @constant */
+            kind: "provider-cooldown-extended";
+            at: number;
+            ticketId: string;
+            machineId: string;
+            detail: components["schemas"]["CooldownExtendedDetail"];
+        };
+        /**
+         * ProviderCooldownEndedIncident
+         * @description An incident of kind `provider-cooldown-ended`: provider-cooldown-ended: the pause that began at `startedAt` ended (the incident's
+         *         `at` is its end).
+         */
+        ProviderCooldownEndedIncident: {
+            id: number;
+            lane: string;
+            /** @constant */
+            kind: "provider-cooldown-ended";
+            at: number;
+            ticketId: string;
+            machineId: string;
+            detail: components["schemas"]["CooldownEndedDetail"];
+        };
+        /**
+         * ReceiptHashMismatchIncident
+         * @description An incident of kind `receipt-hash-mismatch`: receipt-hash-mismatch: a receipt stored with a contentHash that is not the hash of its
+         *         payload's canonical JSON.
+         */
+        ReceiptHashMismatchIncident: {
+            id: number;
+            lane: string;
+            /** @constant */
+            kind: "receipt-hash-mismatch";
+            at: number;
+            ticketId: string;
+            machineId: string;
+            detail: components["schemas"]["ReceiptHashMismatchDetail"];
+        };
+        /**
+         * LeaseExpiredIncident
+         * @description An incident of kind `lease-expired`: lease-expired: the alarm reaped a held lease (the incident's `at` is its end).
+         */
+        LeaseExpiredIncident: {
+            id: number;
+            lane: string;
+            /** @constant */
+            kind: "lease-expired";
+            at: number;
+            ticketId: string;
+            machineId: string;
+            detail: components["schemas"]["LeaseExpiredDetail"];
+        };
+        /**
+         * WaiterAbandonedIncident
+         * @description An incident of kind `waiter-abandoned`: waiter-abandoned: a queued ticket's waiter sent no keep-alive for this long.
+         */
+        WaiterAbandonedIncident: {
+            id: number;
+            lane: string;
+            /** @constant */
+            kind: "waiter-abandoned";
+            at: number;
+            ticketId: string;
+            machineId: string;
+            detail: components["schemas"]["WaiterAbandonedDetail"];
+        };
+        /**
+         * DuplicateCollisionIncident
+         * @description An incident of kind `duplicate-collision`: Two owners converging on one ticket (a duplicate acquire from another owner).
+         */
+        DuplicateCollisionIncident: {
+            id: number;
+            lane: string;
+            /** @constant */
+            kind: "duplicate-collision";
+            at: number;
+            ticketId: string;
+            machineId: string;
+            detail: components["schemas"]["Collision"];
+        };
+        /**
+         * LateReleaseIncident
+         * @description An incident of kind `late-release`: late-release: the owner released a ticket whose lease had expired; what it reported.
+         */
+        LateReleaseIncident: {
+            id: number;
+            lane: string;
+            /** @constant */
+            kind: "late-release";
+            at: number;
+            ticketId: string;
+            machineId: string;
+            detail: components["schemas"]["LateReleaseDetail"];
+        };
+        /**
+         * InFlightHeldIncident
+         * @description An incident of kind `in-flight-held`: in-flight-held: the ended ticket's provider job keeps a slot until `holdUntil`.
+         */
+        InFlightHeldIncident: {
+            id: number;
+            lane: string;
+            /** @constant */
+            kind: "in-flight-held";
+            at: number;
+            ticketId: string;
+            machineId: string;
+            detail: components["schemas"]["InFlightHeldDetail"];
+        };
+        /**
+         * InFlightEndedIncident
+         * @description An incident of kind `in-flight-ended`: in-flight-ended: the hold ended before `holdUntil` (`ended`: how).
+         */
+        InFlightEndedIncident: {
+            id: number;
+            lane: string;
+            /** @constant */
+            kind: "in-flight-ended";
+            at: number;
+            ticketId: string;
+            machineId: string;
+            detail: components["schemas"]["InFlightEndedDetail"];
+        };
+        /**
+         * InFlightExpiredIncident
+         * @description An incident of kind `in-flight-expired`: in-flight-expired: the hold reached `holdUntil`.
+         */
+        InFlightExpiredIncident: {
+            id: number;
+            lane: string;
+            /** @constant */
+            kind: "in-flight-expired";
+            at: number;
+            ticketId: string;
+            machineId: string;
+            detail: components["schemas"]["InFlightExpiredDetail"];
         };
     };
+    responses: never;
     parameters: never;
     requestBodies: never;
     headers: never;
@@ -1164,7 +1500,18 @@ export interface operations {
             401: {
                 headers: {
                     /** @description the scheme to use: Bearer realm="lane-coordinator" */
-                    "WWW-Authenticate": string;
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "POST";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1235,7 +1582,7 @@ export interface operations {
             401: {
                 headers: {
                     /** @description the scheme to use: Bearer realm="lane-coordinator" */
-                    "WWW-Authenticate": string;
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1254,6 +1601,17 @@ export interface operations {
             /** @description not-found */
             404: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "POST";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1324,7 +1682,7 @@ export interface operations {
             401: {
                 headers: {
                     /** @description the scheme to use: Bearer realm="lane-coordinator" */
-                    "WWW-Authenticate": string;
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1343,6 +1701,17 @@ export interface operations {
             /** @description not-found */
             404: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "POST";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1422,7 +1791,7 @@ export interface operations {
             401: {
                 headers: {
                     /** @description the scheme to use: Bearer realm="lane-coordinator" */
-                    "WWW-Authenticate": string;
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1432,6 +1801,17 @@ export interface operations {
             /** @description not-found */
             404: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "POST";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1502,7 +1882,18 @@ export interface operations {
             401: {
                 headers: {
                     /** @description the scheme to use: Bearer realm="lane-coordinator" */
-                    "WWW-Authenticate": string;
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "POST";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1582,7 +1973,7 @@ export interface operations {
             401: {
                 headers: {
                     /** @description the scheme to use: Bearer realm="lane-coordinator" */
-                    "WWW-Authenticate": string;
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1601,6 +1992,17 @@ export interface operations {
             /** @description not-found */
             404: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "POST";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1680,7 +2082,7 @@ export interface operations {
             401: {
                 headers: {
                     /** @description the scheme to use: Bearer realm="lane-coordinator" */
-                    "WWW-Authenticate": string;
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1699,6 +2101,17 @@ export interface operations {
             /** @description not-found */
             404: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "POST";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1778,7 +2191,7 @@ export interface operations {
             401: {
                 headers: {
                     /** @description the scheme to use: Bearer realm="lane-coordinator" */
-                    "WWW-Authenticate": string;
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1788,6 +2201,17 @@ export interface operations {
             /** @description not-found */
             404: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "POST";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1858,7 +2282,18 @@ export interface operations {
             401: {
                 headers: {
                     /** @description the scheme to use: Bearer realm="lane-coordinator" */
-                    "WWW-Authenticate": string;
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "POST";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1916,7 +2351,18 @@ export interface operations {
             401: {
                 headers: {
                     /** @description the scheme to use: Bearer realm="lane-coordinator" */
-                    "WWW-Authenticate": string;
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1931,6 +2377,49 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorReply"];
                 };
+            };
+        };
+    };
+    v1_lanes_head: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the lanes (headers only) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description unauthorized: a valid bearer token is required (headers only) */
+            401: {
+                headers: {
+                    /** @description the scheme to use: Bearer realm="lane-coordinator" */
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods (headers only) */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description unavailable (nothing was applied; retry) (headers only) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };
@@ -1957,7 +2446,7 @@ export interface operations {
                     "application/json": components["schemas"]["IncidentsReply"];
                 };
             };
-            /** @description bad-request or unsupported-protocol (the message names the field) */
+            /** @description bad-request (the message names the query parameter) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1970,7 +2459,18 @@ export interface operations {
             401: {
                 headers: {
                     /** @description the scheme to use: Bearer realm="lane-coordinator" */
-                    "WWW-Authenticate": string;
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1985,6 +2485,61 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorReply"];
                 };
+            };
+        };
+    };
+    v1_incidents_head: {
+        parameters: {
+            query?: {
+                /** @description one lane (route:account); all when absent */
+                lane?: string;
+                /** @description at most this many rows (empty: 100) */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the incidents (headers only) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description bad-request (the message names the query parameter) (headers only) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description unauthorized: a valid bearer token is required (headers only) */
+            401: {
+                headers: {
+                    /** @description the scheme to use: Bearer realm="lane-coordinator" */
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods (headers only) */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description unavailable (nothing was applied; retry) (headers only) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };
@@ -2010,7 +2565,18 @@ export interface operations {
             401: {
                 headers: {
                     /** @description the scheme to use: Bearer realm="lane-coordinator" */
-                    "WWW-Authenticate": string;
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
                     [name: string]: unknown;
                 };
                 content: {
@@ -2025,6 +2591,49 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorReply"];
                 };
+            };
+        };
+    };
+    v1_machines_head: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the machines (headers only) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description unauthorized: a valid bearer token is required (headers only) */
+            401: {
+                headers: {
+                    /** @description the scheme to use: Bearer realm="lane-coordinator" */
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods (headers only) */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description unavailable (nothing was applied; retry) (headers only) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };
@@ -2051,7 +2660,7 @@ export interface operations {
                     "application/json": components["schemas"]["EvidenceReply"];
                 };
             };
-            /** @description bad-request or unsupported-protocol (the message names the field) */
+            /** @description bad-request (the message names the query parameter) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2064,7 +2673,18 @@ export interface operations {
             401: {
                 headers: {
                     /** @description the scheme to use: Bearer realm="lane-coordinator" */
-                    "WWW-Authenticate": string;
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
                     [name: string]: unknown;
                 };
                 content: {
@@ -2079,6 +2699,61 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ErrorReply"];
                 };
+            };
+        };
+    };
+    v1_evidence_head: {
+        parameters: {
+            query: {
+                /** @description the lane (route:account) */
+                lane: string;
+                /** @description the exact ticket; absent or empty: none */
+                ticketId?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the evidence (headers only) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description bad-request (the message names the query parameter) (headers only) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description unauthorized: a valid bearer token is required (headers only) */
+            401: {
+                headers: {
+                    /** @description the scheme to use: Bearer realm="lane-coordinator" */
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods (headers only) */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description unavailable (nothing was applied; retry) (headers only) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };
@@ -2115,7 +2790,7 @@ export interface operations {
                     "application/json": components["schemas"]["Overview"];
                 };
             };
-            /** @description bad-request or unsupported-protocol (the message names the field) */
+            /** @description bad-request (the message names the query parameter) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2128,7 +2803,18 @@ export interface operations {
             401: {
                 headers: {
                     /** @description the scheme to use: Bearer realm="lane-coordinator" */
-                    "WWW-Authenticate": string;
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
                     [name: string]: unknown;
                 };
                 content: {
@@ -2146,6 +2832,71 @@ export interface operations {
             };
         };
     };
+    v1_overview_head: {
+        parameters: {
+            query?: {
+                /** @description the render log's project filter */
+                project?: string;
+                /** @description render-log rows per lane, newest first (the timeline) (empty: 50) */
+                history?: number;
+                /** @description queued tickets listed per lane, in promotion order (queuedTotal counts all) (empty: 50) */
+                queued?: number;
+                /** @description newest receipts per lane, without payload; receiptMismatches lists every mismatch among the lane's newest 50 anyway (empty: 6) */
+                receipts?: number;
+                /** @description incidents of every lane, newest first (empty: 100) */
+                incidents?: number;
+                /** @description the render log's lane; every lane when absent */
+                lane?: string;
+                /** @description render-log rows in all (log.entries), newest first (empty: 100) */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the overview (headers only) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description bad-request (the message names the query parameter) (headers only) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description unauthorized: a valid bearer token is required (headers only) */
+            401: {
+                headers: {
+                    /** @description the scheme to use: Bearer realm="lane-coordinator" */
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods (headers only) */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description unavailable (nothing was applied; retry) (headers only) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
     v1_dashboard: {
         parameters: {
             query?: never;
@@ -2155,24 +2906,76 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description to /control-room */
+            /** @description to /control-room (aiohttp's text body) */
             302: {
                 headers: {
-                    Location: string;
+                    /** @description the control-room page */
+                    Location: "/control-room";
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "text/plain": string;
+                };
             };
             /** @description unauthorized: a valid bearer token is required */
             401: {
                 headers: {
                     /** @description the scheme to use: Bearer realm="lane-coordinator" */
-                    "WWW-Authenticate": string;
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorReply"];
                 };
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+        };
+    };
+    v1_dashboard_head: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description to /control-room (aiohttp's text body) (headers only) */
+            302: {
+                headers: {
+                    /** @description the control-room page */
+                    Location: "/control-room";
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description unauthorized: a valid bearer token is required (headers only) */
+            401: {
+                headers: {
+                    /** @description the scheme to use: Bearer realm="lane-coordinator" */
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods (headers only) */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };
@@ -2198,12 +3001,59 @@ export interface operations {
             401: {
                 headers: {
                     /** @description the scheme to use: Bearer realm="lane-coordinator" */
-                    "WWW-Authenticate": string;
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorReply"];
+                    "application/json": components["schemas"]["PlainErrorReply"];
                 };
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PlainErrorReply"];
+                };
+            };
+        };
+    };
+    metrics_head: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description metrics (headers only) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description unauthorized: a valid bearer token is required (headers only) */
+            401: {
+                headers: {
+                    /** @description the scheme to use: Bearer realm="lane-coordinator" */
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods (headers only) */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };
@@ -2225,6 +3075,44 @@ export interface operations {
                     "application/json": components["schemas"]["Healthz"];
                 };
             };
+            /** @description method-not-allowed: the Allow header names the accepted methods */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PlainErrorReply"];
+                };
+            };
+        };
+    };
+    healthz_head: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description alive (headers only) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods (headers only) */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
         };
     };
     readyz: {
@@ -2245,14 +3133,59 @@ export interface operations {
                     "application/json": components["schemas"]["Readyz"];
                 };
             };
+            /** @description method-not-allowed: the Allow header names the accepted methods */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PlainErrorReply"];
+                };
+            };
             /** @description not ready: the message says why (shutting down, data dir not writable) */
             503: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorReply"];
+                    "application/json": components["schemas"]["PlainErrorReply"];
                 };
+            };
+        };
+    };
+    readyz_head: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description ready (brokenLanes: lanes that cannot be opened) (headers only) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods (headers only) */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not ready: the message says why (shutting down, data dir not writable) (headers only) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };
@@ -2271,8 +3204,48 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": {
+                        [key: string]: unknown;
+                    };
                 };
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PlainErrorReply"];
+                };
+            };
+        };
+    };
+    openapi_head: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OpenAPI 3.1 (headers only) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods (headers only) */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };
@@ -2293,6 +3266,125 @@ export interface operations {
                 content: {
                     "text/html": string;
                 };
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PlainErrorReply"];
+                };
+            };
+        };
+    };
+    control_room_head: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description HTML (headers only) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods (headers only) */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    control_room_asset: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description one of the page's own files (a fixed list) */
+                name: "alerts.js" | "api.js" | "computers.js" | "config.js" | "control-room.css" | "control-room.js" | "dom.js" | "evidence.js" | "format.js" | "incidents.js" | "lanes.js" | "log.js" | "receipts.js" | "session.js" | "state.js" | "timeline.js" | "view.js" | "widgets.js";
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the file */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/javascript": string;
+                    "text/css": string;
+                };
+            };
+            /** @description not-found: no such asset */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PlainErrorReply"];
+                };
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PlainErrorReply"];
+                };
+            };
+        };
+    };
+    control_room_asset_head: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description one of the page's own files (a fixed list) */
+                name: "alerts.js" | "api.js" | "computers.js" | "config.js" | "control-room.css" | "control-room.js" | "dom.js" | "evidence.js" | "format.js" | "incidents.js" | "lanes.js" | "log.js" | "receipts.js" | "session.js" | "state.js" | "timeline.js" | "view.js" | "widgets.js";
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the file (headers only) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not-found: no such asset (headers only) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods (headers only) */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };
