@@ -26,7 +26,7 @@ from coordinator.logs import configure_logging
 from coordinator.protocol.constants import ACTOR_POSTGRES, ACTOR_SQLITE
 from coordinator.protocol.errors import LaneError
 from coordinator.protocol.names import lane_from_file_name
-from coordinator.store.files import copy_lane_file, make_private_dir
+from coordinator.store.files import copy_lane_file, data_dir_refused, make_private_dir
 from coordinator.store.postgres_db import migrate, migrations
 from coordinator.store.postgres_storage import PostgresStorage
 from coordinator.store.sqlite import SqliteLaneStore
@@ -148,6 +148,9 @@ def check(args: argparse.Namespace) -> int:
     data_dir = sqlite_data_dir(args.data_dir)
     if data_dir.exists() and not data_dir.is_dir():
         raise ConfigError(f"data dir: {data_dir} is not a directory")
+    refused = data_dir_refused(data_dir)  # `serve` would refuse it (a probe: nothing is kept)
+    if refused is not None:
+        raise ConfigError(refused)
     lanes = []
     if data_dir.is_dir():
         lanes = [
@@ -371,8 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     except LaneError as exc:
         print(f"lane-coordinator: {exc.message}", file=sys.stderr)
         return 1
-    except OSError as exc:
-        print(f"lane-coordinator: {exc.strerror or exc}", file=sys.stderr)
+    except OSError as exc:  # what failed, and on which file
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"lane-coordinator: {exc.strerror or exc}{where}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

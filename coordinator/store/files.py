@@ -9,6 +9,7 @@ import fcntl
 import os
 import sqlite3
 import stat
+import tempfile
 from pathlib import Path
 
 from coordinator.errors import StoreError
@@ -171,6 +172,33 @@ def open_failure_reason(exc: BaseException) -> str:
 
 
 READY_PROBE_NAME = ".readyz-probe"  # not a lane file name: never listed as a lane
+# What refuses a data dir at start (a full disk does not: a restart serves reads from it).
+_REFUSING_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+
+
+def data_dir_refused(data_dir: Path) -> str | None:
+    """Why this process can never create lane files in `data_dir` (None: it can), found by a
+    real create, since mode checks lie for root: the probe file in an existing dir, else a
+    probe directory in its nearest existing parent (removed at once: `check` creates
+    nothing). A permission or read-only file system refuses; a full disk does not."""
+    target = data_dir
+    while not target.exists() and target != target.parent:
+        target = target.parent
+    try:
+        if target == data_dir:
+            probe = data_dir / READY_PROBE_NAME
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE))
+            os.unlink(probe)
+        else:
+            os.rmdir(tempfile.mkdtemp(prefix=".lane-probe-", dir=target))
+    except OSError as exc:
+        if exc.errno not in _REFUSING_ERRNOS:
+            return None
+        why = f"{exc.strerror} (uid {os.geteuid()})"
+        if target == data_dir:
+            return f"data dir: {data_dir} is not writable: {why}"
+        return f"data dir: {data_dir} cannot be created: {why} in {target}"
+    return None
 
 
 def data_dir_unwritable(data_dir: Path) -> str | None:
