@@ -329,6 +329,12 @@ def openapi_document() -> dict[str, Any]:
         [],
         {"200": _body_reply("HTML", "text/html", "string")},
     )
+    paths["/control-room/"] = _get(
+        "control_room_slash",
+        "The control-room page, also at this address (a link with a trailing slash)",
+        [],
+        {"200": _body_reply("HTML", "text/html", "string")},
+    )
     return {
         "openapi": "3.1.0",
         "info": {

@@ -4,9 +4,11 @@ the help of every command, numbers and plurals in messages, and `/control-room/`
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +140,113 @@ def test_a_lost_database_is_logged_with_its_reason(
         proc.stop()
     assert failed["reason"] != "StoreError" and "Connection refused" in failed["reason"], failed
     assert SECRET not in proc.text
+
+
+# ---------------------------------------------------------------- 4. check on lane files
+
+
+def test_check_names_a_corrupt_lane_file_as_the_server_does(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "solo+main.sqlite").write_bytes(b"not a database, just bytes " * 40)
+    run = cli("check", "--data-dir", str(data), env={"LANE_COORDINATOR_TOKEN": TOKEN})
+    assert run.returncode == 1, (run.stdout, run.stderr)
+    assert "solo+main.sqlite: corrupt file (file is not a database)" in run.stderr, run.stderr
+    assert "cannot copy" not in run.stderr
+
+
+def test_check_of_a_backup_leaves_the_backup_as_it_was(tmp_path: Path) -> None:
+    """`check --data-dir BACKUP` works on scratch copies: no -wal or -shm appears beside the
+    backup's lane files (and nothing else changes)."""
+    data, backup = tmp_path / "data", tmp_path / "backup"
+    config = write_config(tmp_path / "config.toml")
+    proc = CoordinatorProcess(data, token=TOKEN, config=config)
+    try:
+        proc.op("acquire", {"lane": "solo:main", "machineId": "m", "project": "p",
+                            "scene": "s", "promptHash": "h"})  # fmt: skip
+        done = cli("backup", str(backup), "--data-dir", str(data))
+        assert done.returncode == 0, done.stderr
+    finally:
+        proc.stop()
+    before = {p.name: p.read_bytes() for p in backup.iterdir()}
+    assert list(before) == ["solo+main.sqlite"]
+    run = cli("check", "--data-dir", str(backup), "--config", str(config),
+              env={"LANE_COORDINATOR_TOKEN": TOKEN})  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "migrations apply cleanly to 1 lane file " in run.stdout
+    assert {p.name: p.read_bytes() for p in backup.iterdir()} == before
+
+
+# ---------------------------------------------------------------- 9. help, 12. wording
+
+
+def _option_helps(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Each option's (and positional's) rendered help, unwrapped, by its first flag or name."""
+    out: dict[str, str] = {}
+    formatter = parser._get_formatter()
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        name = action.option_strings[0] if action.option_strings else action.dest
+        out[name] = " ".join(formatter._expand_help(action).split()) if action.help else ""
+    return out
+
+
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    from coordinator.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+@pytest.mark.parametrize("command", ["serve", "check", "backup", "migrate", "import"])
+def test_every_option_of_the_server_commands_says_what_it_is_and_its_default(
+    command: str,
+) -> None:
+    parser = _subparsers()[command]
+    helps = _option_helps(parser)
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        name = action.option_strings[0] if action.option_strings else action.dest
+        assert helps[name], f"lane-coordinator {command} {name}: no help"
+        if action.default not in (None, argparse.SUPPRESS, False):
+            assert f"(default: {action.default})" in helps[name], (command, name, helps[name])
+    assert parser.description, f"lane-coordinator {command}: no description"
+
+
+def test_serve_help_names_the_defaults_a_newcomer_needs() -> None:
+    text = " ".join(_subparsers()["serve"].format_help().split())
+    for needle in ("(default: 127.0.0.1)", "(default: 8787)", "(default: info)",
+                   "LANE_COORDINATOR_TOKEN"):  # fmt: skip
+        assert needle in text, needle
+
+
+def test_a_range_is_printed_with_its_numbers_as_written(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("history_retained = 0\n")
+    run = cli("check", "--data-dir", str(tmp_path / "d"), "--config", str(bad),
+              env={"LANE_COORDINATOR_TOKEN": TOKEN})  # fmt: skip
+    assert run.returncode == 2
+    assert "history_retained must be between 1 and 1000000, got 0" in run.stderr, run.stderr
+    assert "e+" not in run.stderr
+
+
+def test_check_counts_one_route_in_the_singular(tmp_path: Path) -> None:
+    one = tmp_path / "one.toml"
+    one.write_text('[routes."solo"]\ncapacity = 1\n[lanes."solo:a"]\ncapacity = 1\n')
+    run = cli("check", "--data-dir", str(tmp_path / "d"), "--config", str(one),
+              env={"LANE_COORDINATOR_TOKEN": TOKEN})  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "(1 route, 1 lane override), 1 token accepted" in run.stdout, run.stdout
+
+
+def test_the_control_room_with_a_trailing_slash_is_the_control_room(tmp_path: Path) -> None:
+    proc = CoordinatorProcess(tmp_path / "data", token=TOKEN)
+    try:
+        with urllib.request.urlopen(proc.url + "/control-room/", timeout=30) as resp:
+            assert resp.status == 200
+            assert resp.headers.get_content_type() == "text/html"
+            assert b"control-room.js" in resp.read()
+    finally:
+        proc.stop()
