@@ -20,7 +20,8 @@ from aiohttp import web
 
 from coordinator import __version__
 from coordinator import constants as C
-from coordinator.cli_args import STORE_ENV, build_parser
+from coordinator.cli_args import STORE_ENV
+from coordinator.cli_args import build_parser as build_parser  # re-exported: tests, scripts
 from coordinator.config import Config, load_config, load_tokens
 from coordinator.errors import ConfigError
 from coordinator.logs import configure_logging

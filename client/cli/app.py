@@ -27,7 +27,7 @@ from client.cli.exits import (
 from client.cli.follow import cmd_await, cmd_trace
 from client.cli.parser import build_parser
 from client.cli.render import out, say
-from client.cli.setup import cmd_dashboard, cmd_setup
+from client.cli.setup import cmd_dashboard, cmd_setup, read_token
 from client.config import Settings
 from client.drill import drill_lanes, run_drill, run_self_test, self_test_lane
 from client.errors import BadRequestError, LaneClientError, PreProviderError
@@ -95,6 +95,8 @@ def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.command == "setup":  # before the event loop: Ctrl-C at the prompt ends it now
+            args.token_input = read_token()
         return asyncio.run(dispatch(args))
     except UsageError as exc:
         sub = getattr(args, "command", None)
