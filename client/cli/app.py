@@ -3,8 +3,9 @@ docs/protocol.md#cli-exit-codes): `main` parses, dispatches and maps errors to e
 
 Data goes to stdout (a readable table, or JSON with --json); messages and progress go to
 stderr. Exit codes: 0 ok, 1 any other failure (including a ticket-level "no"), 2 usage
-error, 3 pre-provider error (fail-closed: nothing may be submitted to the provider); 141,
-quietly, when the reader of stdout went away (`lane history --json | head -1`).
+error, 3 pre-provider error (fail-closed: nothing may be submitted to the provider); 130
+interrupted (Ctrl-C); 141, quietly, when the reader of stdout went away
+(`lane history --json | head -1`).
 """
 
 from __future__ import annotations
