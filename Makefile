@@ -9,7 +9,7 @@ CONFIG    ?= deploy/example-config.toml
 # uv: the one on PATH, else the one `make setup` installs into the venv
 UV         = $(shell command -v uv 2>/dev/null || echo $(BIN)/uv)
 
-.PHONY: setup run run-ha test test-core test-ui lint bench verify dist drill drill-ha drill-netns faults check clean
+.PHONY: setup run run-ha test test-core test-ui lint bench bench-peers verify dist drill drill-ha drill-netns faults check clean
 
 setup: $(VENV)/.installed
 
@@ -54,8 +54,18 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/mypy --strict scripts/ha_proxy.py scripts/local_postgres.py scripts/run_ha.py
 
+## make bench: every shape of bench/ with its target and PASS/MISS, the peer table last
+## (PostgreSQL, etcd and Redis installed when missing and root; a peer that cannot be had is
+## SKIPPED); make bench-peers: the peer table alone (docs/performance.md)
 bench: setup
+	@sh scripts/ensure-postgres.sh >/dev/null || echo "bench: no PostgreSQL, its rows are SKIPPED" >&2
+	@sh scripts/ensure-peers.sh >&2
 	$(PY) -m bench
+
+bench-peers: setup
+	@sh scripts/ensure-postgres.sh >/dev/null || echo "bench: no PostgreSQL, its rows are SKIPPED" >&2
+	@sh scripts/ensure-peers.sh >&2
+	$(PY) -m bench --peers
 
 ## make verify: the one pre-merge command: ruff, ruff format, mypy --strict, every test,
 ## and a dry run (`lane-coordinator check`) of the shipped deploy/production-config.toml

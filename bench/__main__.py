@@ -15,6 +15,10 @@ with the same load generator; CPU, RSS and fds are read from the server's /proc 
    alarm that fell due while down has fired
 9. PostgreSQL beside SQLite: 9a/9b as 2 and 1, 9c cross-replica hand-off (SKIPPED without
    PostgreSQL)
+peers. the peer table (`--peers`, `make bench-peers`; bench/peers/): ours on SQLite and on
+   PostgreSQL (one replica, two) beside etcd, Redis, the plain-PostgreSQL recipe and a bare
+   FIFO semaphore, the same shapes for all, the fairness notes, and issue 21's targets
+   P1-P8 as ratios within the run (a peer that cannot be had prints SKIPPED)
 
 Exit status 1 when a shape could not be measured (an ERROR row), else 0: a MISS is a figure,
 not a failure of the bench.
@@ -23,7 +27,9 @@ not a failure of the bench.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -32,6 +38,7 @@ from pathlib import Path
 from bench import pg, run
 from bench.common import raise_own_fd_limit
 from bench.context import Context
+from bench.peers.table import TARGETS, shape_peers
 from bench.report import Report
 from bench.settings import SHAPES, Settings, parse
 
@@ -43,17 +50,44 @@ def _load() -> str:
         return "?"
 
 
+def _sizes(s: Settings) -> str:
+    parts = []
+    if s.only - {"peers"}:
+        parts.append(f"{s.seconds:g} s × {s.rounds} rounds per throughput side")
+    if "peers" in s.only:
+        parts.append(f"peers: {s.peer_seconds:g} s × {s.peer_rounds} rounds, median")
+    return "; ".join(parts)
+
+
+def _cancel_on_sigterm() -> None:
+    """SIGTERM (a `timeout`, a CI limit) ends the run as Ctrl-C does: the main task is
+    cancelled, so every `finally` stops the servers, clusters and peers it started."""
+    task = asyncio.current_task()
+    if task is not None:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+
+
 async def bench(s: Settings) -> int:
     raise_own_fd_limit()
+    _cancel_on_sigterm()
     report = Report()
-    runners: dict[str, Callable[[Context], Awaitable[None]]] = {**run.RUNNERS, "9": pg.shape9}
-    declared = {**run.rows(s), "9": pg.rows(s)}
+    runners: dict[str, Callable[[Context], Awaitable[None]]] = {
+        **run.RUNNERS,
+        "9": pg.shape9,
+        "peers": shape_peers,
+    }
+    declared = {
+        **run.rows(s),
+        "9": pg.rows(s),
+        "peers": [(t.key, t.shape, t.target) for t in TARGETS],
+    }
     with tempfile.TemporaryDirectory(prefix="lane-bench-") as tmpd:
         ctx = Context(s, Path(tmpd), report)
         print(
             f"# lane-coordinator bench ({'quick' if s.quick else 'full'} run, shapes "
             f"{','.join(x for x in SHAPES if x in s.only)}; {os.cpu_count()} cpus, load "
-            f"{_load()}; {s.seconds:g} s × {s.rounds} rounds per throughput side)",
+            f"{_load()}; {_sizes(s)})",
             flush=True,
         )
         try:
@@ -75,7 +109,15 @@ async def bench(s: Settings) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return asyncio.run(bench(parse(argv)))
+    settings = parse(argv)
+    try:
+        return asyncio.run(bench(settings))
+    except KeyboardInterrupt:  # the run's `finally` blocks have stopped what it started
+        print("bench: interrupted", file=sys.stderr)
+        return 130
+    except asyncio.CancelledError:  # SIGTERM, likewise
+        print("bench: terminated", file=sys.stderr)
+        return 143
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""The bench's knobs: `--quick` picks short defaults, `--only 1,3` picks shapes, and every
-size can be set by an environment variable (BENCH_SECONDS=2 make bench)."""
+"""The bench's knobs: `--quick` picks short defaults, `--only 1,3` picks shapes (`--peers`: only
+the peer table, `--peer-systems` some of its systems), and every size can be set by an
+environment variable (BENCH_SECONDS=2 make bench)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from dataclasses import dataclass
 
 from coordinator.constants import JANITOR_INTERVAL_SECONDS, LANE_IDLE_CLOSE_SECONDS
 
-SHAPES = ("1", "2", "3", "4", "5", "6", "7", "8", "9")
+SHAPES = ("1", "2", "3", "4", "5", "6", "7", "8", "9", "peers")
+# the systems of the peer table (bench/peers/run.py), in its order
+PEER_SYSTEMS = ("sqlite", "pg1", "pg2", "etcd", "plain-pg", "redis", "fifo")
 # (env var, full run, --quick, what it sets)
 KNOBS: dict[str, tuple[str, float, float, str]] = {
     "seconds": ("BENCH_SECONDS", 5, 1.5, "seconds per throughput measurement (each side)"),
@@ -31,6 +34,9 @@ KNOBS: dict[str, tuple[str, float, float, str]] = {
     "restart_small": ("BENCH_RESTART_SMALL", 100, 100, "the small restart beside it (8)"),
     "pg": ("BENCH_PG", 1, 1, "0: skip the PostgreSQL rows (9)"),
     "pg_fsync": ("BENCH_PG_FSYNC", 1, 1, "0: the PostgreSQL cluster runs with fsync=off"),
+    "peer_seconds": ("BENCH_PEER_SECONDS", 8, 1.5, "seconds per peer-table measurement (peers)"),
+    "peer_rounds": ("BENCH_PEER_ROUNDS", 3, 1, "peer-table rounds (the median is kept)"),
+    "peer_handoffs": ("BENCH_PEER_HANDOFFS", 300, 30, "hand-offs per system (peers)"),
 }
 
 
@@ -52,6 +58,10 @@ class Settings:
     restart_small: int
     pg: bool
     pg_fsync: bool
+    peer_seconds: float
+    peer_rounds: int
+    peer_handoffs: int
+    peer_systems: frozenset[str]
 
     def wants(self, *shapes: str) -> bool:
         return any(s in self.only for s in shapes)
@@ -75,11 +85,24 @@ def parse(argv: list[str] | None = None, env: dict[str, str] | None = None) -> S
     p.add_argument(
         "--only", default=",".join(SHAPES), help="shapes to run, e.g. 1,3,9 (default: all)"
     )
+    p.add_argument(
+        "--peers", action="store_true", help="only the peer table (the same as --only peers)"
+    )
+    p.add_argument(
+        "--peer-systems",
+        default=",".join(PEER_SYSTEMS),
+        help=f"systems of the peer table (default: all of {','.join(PEER_SYSTEMS)})",
+    )
     args = p.parse_args(argv)
     env = dict(os.environ) if env is None else env
     only = frozenset(s.strip() for s in args.only.split(",") if s.strip())
+    if args.peers:
+        only = frozenset({"peers"})
     if not only or not only <= set(SHAPES):
         p.error(f"--only: shapes are {','.join(SHAPES)}")
+    systems = frozenset(s.strip() for s in args.peer_systems.split(",") if s.strip())
+    if not systems or not systems <= set(PEER_SYSTEMS):
+        p.error(f"--peer-systems: systems are {','.join(PEER_SYSTEMS)}")
     values: dict[str, float] = {}
     for name, (var, full, quick, _) in KNOBS.items():
         raw = env.get(var)
@@ -105,4 +128,8 @@ def parse(argv: list[str] | None = None, env: dict[str, str] | None = None) -> S
         restart_small=int(v("restart_small")),
         pg=bool(v("pg")),
         pg_fsync=bool(v("pg_fsync")),
+        peer_seconds=v("peer_seconds"),
+        peer_rounds=int(v("peer_rounds")),
+        peer_handoffs=int(v("peer_handoffs")),
+        peer_systems=systems,
     )

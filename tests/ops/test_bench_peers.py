@@ -1,0 +1,114 @@
+"""The peer table (bench/peers, `make bench-peers`) cannot rot: its quick mode, with the one
+peer CI can always run (the plain-PostgreSQL recipe, on the bench's own throwaway cluster from
+tests/harness/postgres.py), drives real cycles through the adapter and prints the table, the
+notes and a row per target; and the targets are judged as ratios of the same run. No figure is
+judged against a number here: the machine is shared."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.peers.base import System
+from bench.peers.ours import OursPostgres, OursSqlite
+from bench.peers.pg_shared import SharedPostgres
+from bench.peers.plain_pg import PlainPostgres
+from bench.peers.run import Result
+from bench.peers.shapes import Round
+from bench.peers.table import TARGETS, judge, table
+from bench.settings import parse
+
+REPO = Path(__file__).resolve().parents[2]
+TARGET_ROW = re.compile(r"^(PASS|MISS|SKIPPED|ERROR)\s+(P\d)\s", re.M)
+
+
+def test_the_plain_postgres_recipe_runs_in_quick_mode() -> None:
+    env = {**os.environ, "BENCH_PEER_SECONDS": "0.5", "BENCH_PEER_HANDOFFS": "5"}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--peers", "--quick", "--peer-systems", "plain-pg"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    row = next(ln for ln in out.splitlines() if ln.startswith("| PostgreSQL alone"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    many, contended, handoff, cpu = cells[1:]
+    assert int(many.replace(",", "")) > 0, row  # cycles happened on 100 lanes × 1 client
+    assert int(contended.replace(",", "")) > 0, row  # and granted ones on 1 lane × 16
+    assert re.fullmatch(r"[\d.]+ / [\d.]+", handoff), row
+    assert re.fullmatch(r"[\d.]+ ms", cpu), row
+    assert "hand-offs: n = 5" in out
+    assert "**PostgreSQL alone" in out  # its fairness note
+    # every target has its row; those that need ours are SKIPPED (not run here)
+    verdicts = dict((key, v) for v, key in TARGET_ROW.findall(out))
+    assert sorted(verdicts) == [t.key for t in TARGETS], out
+    assert set(verdicts.values()) == {"SKIPPED"}, verdicts
+
+
+def _result(system: System, many: float, contended: float, cpu: float, gaps: list[float]) -> Result:
+    parts = {"server": cpu, "postgres": 0.5} if "postgres" in system.pids() else {"server": cpu}
+    return Result(
+        system,
+        many=[Round(many, 100, parts)],
+        contended=[Round(contended, 16, parts)],
+        gaps=gaps,
+    )
+
+
+def _results(**skip: str) -> list[Result]:
+    pg = SharedPostgres(fsync=True)
+    rows = [
+        _result(OursSqlite(), 1_500, 450, 0.4, [1.0] * 90 + [2.9] * 10),
+        _result(OursPostgres(pg, 1), 500, 300, 2.3, [2.0] * 100),
+        _result(OursPostgres(pg, 2), 700, 320, 2.4, [3.0] * 90 + [9.0] * 10),
+        _result(PlainPostgres(pg), 1_000, 400, 0.7, [1.5] * 100),
+    ]
+    for r in rows:
+        if r.system.key in skip:
+            r.skipped = skip[r.system.key]
+    return rows
+
+
+def test_targets_are_ratios_of_the_same_run() -> None:
+    verdicts = {r.key: (r.verdict, r.result) for r in judge(_results())}
+    assert verdicts["P1"][0] == "MISS"  # 500 / 1,000 = 0.5 < 0.6
+    assert "500/s vs 1,000/s = 0.50×; 2 replicas 700/s = 0.70×" in verdicts["P1"][1]
+    assert verdicts["P2"][0] == "PASS"  # 300 / 400 = 0.75
+    assert verdicts["P3"][0] == "MISS"  # 2.3 ms > 0.8
+    assert verdicts["P4"][0] == "MISS"  # the two-replica p99 is 9 ms
+    assert verdicts["P5"][0] == "PASS"  # 1,500 / 1,000
+    assert verdicts["P6"][0] == "PASS"  # 450 / 400
+    assert verdicts["P7"][0] == "PASS"  # 0.4 ms
+    assert verdicts["P8"][0] == "PASS"  # p99 2.9 ms
+
+
+def test_a_target_whose_peer_is_missing_is_skipped_and_one_that_failed_is_an_error() -> None:
+    rows = _results(**{"plain-pg": "no PostgreSQL: initdb not found"})
+    verdicts = {r.key: (r.verdict, r.result) for r in judge(rows)}
+    assert verdicts["P1"] == ("SKIPPED", "SKIPPED: plain-pg: no PostgreSQL: initdb not found")
+    assert verdicts["P3"][0] == "MISS"  # needs no peer
+    failed = _results()
+    failed[0].error, failed[0].gaps = "hand-off: BenchError: the waiter was not granted", []
+    by = {r.key: r for r in judge(failed)}
+    assert by["P8"].verdict == "ERROR"
+    assert "the waiter was not granted" in by["P8"].result
+    assert by["P5"].verdict == "PASS"  # its throughput was measured before the failure
+    text = table(rows, 8, 3)
+    assert "| PostgreSQL alone (a holders-count row per lane, LISTEN/NOTIFY) | SKIPPED:" in text
+    assert "| ours, PostgreSQL (one replica) | 500 | 300 | 2.00 / 2.00 | 2.30 ms + " in text
+
+
+def test_peer_systems_are_checked() -> None:
+    assert parse(["--peers"], env={}).only == frozenset({"peers"})
+    with pytest.raises(SystemExit):
+        parse(["--peers", "--peer-systems", "zookeeper"], env={})
