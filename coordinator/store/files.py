@@ -211,8 +211,8 @@ def data_dir_refused(data_dir: Path) -> str | None:
         target = target.parent
     try:
         if target == data_dir:
-            probe = data_dir / READY_PROBE_NAME
-            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE))
+            probe = data_dir / f".lane-probe-{os.getpid()}"  # not /readyz's: a server may run
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE))
             os.unlink(probe)
         else:
             os.rmdir(tempfile.mkdtemp(prefix=".lane-probe-", dir=target))
