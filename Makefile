@@ -41,7 +41,8 @@ test: test-core test-ui
 test-core: setup node-tools
 	@sh scripts/ensure-postgres.sh
 	@sh scripts/ensure-cc.sh
-	$(BIN)/pytest -q tests/unit tests/contract tests/store_pg tests/replicas tests/integration tests/acceptance tests/ops tests/client tests/drill tests/driver tests/faults tests/powerloss tests/typescript
+	@sh scripts/ensure-doc-tools.sh
+	$(BIN)/pytest -q tests/unit tests/contract tests/store_pg tests/replicas tests/integration tests/acceptance tests/ops tests/client tests/drill tests/driver tests/faults tests/powerloss tests/typescript tests/docs
 
 test-ui: setup
 	@sh scripts/ensure-chromium.sh

@@ -175,6 +175,8 @@ def keyring_set(url: str, token: str) -> str | None:
 def _pick(
     arg: str | None, env: MutableMapping[str, str], files: dict[str, str], key: str
 ) -> str | None:
+    """The one rule for every setting: argument > environment > client.env, where an empty
+    value counts as unset (`LANE_ACCOUNT=` and `LANE_REQUIRED=` alike fall through)."""
     if arg is not None and arg != "":
         return arg
     if env.get(key):
@@ -227,9 +229,7 @@ def load_settings(
     url_v = _pick(url, env, files, ENV_URL)
     url_v = url_v.strip().rstrip("/") if url_v else None
 
-    raw_required = (
-        env.get(ENV_REQUIRED) if env.get(ENV_REQUIRED) is not None else files.get(ENV_REQUIRED)
-    )
+    raw_required = _pick(None, env, files, ENV_REQUIRED)  # `LANE_REQUIRED=` is unset too
     req = required
     if req is None:
         parsed = parse_bool(raw_required)

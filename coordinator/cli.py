@@ -20,13 +20,15 @@ from aiohttp import web
 
 from coordinator import __version__
 from coordinator import constants as C
+from coordinator.cli_args import STORE_ENV
+from coordinator.cli_args import build_parser as build_parser  # re-exported: tests, scripts
 from coordinator.config import Config, load_config, load_tokens
 from coordinator.errors import ConfigError
 from coordinator.logs import configure_logging
 from coordinator.protocol.constants import ACTOR_POSTGRES, ACTOR_SQLITE
 from coordinator.protocol.errors import LaneError
 from coordinator.protocol.names import lane_from_file_name
-from coordinator.store.files import copy_lane_file, make_private_dir
+from coordinator.store.files import copy_lane_file, data_dir_refused, make_private_dir
 from coordinator.store.postgres_db import migrate, migrations
 from coordinator.store.postgres_storage import PostgresStorage
 from coordinator.store.sqlite import SqliteLaneStore
@@ -37,30 +39,6 @@ log = structlog.get_logger("coordinator.cli")
 PRIVATE_UMASK = 0o077
 
 
-STORE_ENV = "LANE_COORDINATOR_STORE"
-STORE_HELP = (
-    "where lanes are kept: 'sqlite' (lane files under --data-dir) or "
-    "postgresql://user@host[:port]/db (replicas; password in PGPASSWORD or ~/.pgpass); "
-    f"default: ${STORE_ENV}, else the config's `store`, else sqlite"
-)
-
-
-def _store_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", default=None, metavar="URL", help=STORE_HELP)
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default=C.DEFAULT_HOST)
-    p.add_argument("--port", type=int, default=C.DEFAULT_PORT)
-    p.add_argument(
-        "--data-dir", type=Path, default=None, help="lane files (the sqlite store; required there)"
-    )
-    _store_arg(p)
-    p.add_argument("--config", type=Path, default=None)
-    p.add_argument("--token-file", type=Path, default=None)
-    p.add_argument("--log-level", default="info")
-
-
 def resolve_store(
     flag: str | None, config: Config, env: dict[str, str] | None = None
 ) -> str | None:
@@ -68,33 +46,6 @@ def resolve_store(
     `store`; None (or "sqlite") is the SQLite store."""
     from_env = (os.environ if env is None else env).get(STORE_ENV)
     return postgres_url(flag or from_env or config.store)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lane-coordinator")
-    parser.add_argument("--version", action="version", version=f"lane-coordinator {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    _common(sub.add_parser("serve", help="run the coordinator"))
-    _common(sub.add_parser("check", help="dry run: validate config, token and migrations"))
-    b = sub.add_parser("backup", help="consistent online copies of every lane file")
-    b.add_argument("dest", type=Path)
-    b.add_argument("--data-dir", type=Path, required=True)
-    m = sub.add_parser("migrate", help="apply the PostgreSQL migrations (replicas)")
-    _store_arg(m)
-    m.add_argument("--config", type=Path, default=None, help="read `store` from this config")
-    i = sub.add_parser("import", help="copy SQLite lane files into a PostgreSQL store")
-    i.add_argument("--from", dest="source", type=Path, required=True, metavar="DATA_DIR")
-    i.add_argument(
-        "--lane",
-        dest="lanes",
-        action="append",
-        default=None,
-        metavar="LANE",
-        help="import only this lane (repeatable; default: every lane file)",
-    )
-    _store_arg(i)
-    i.add_argument("--config", type=Path, default=None, help="read `store` from this config")
-    return parser
 
 
 def _load(args: argparse.Namespace) -> tuple[Config, list[bytes]]:
@@ -129,6 +80,18 @@ def import_cmd(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _config_counts(config: Config, tokens: list[bytes]) -> str:
+    """ "2 routes, 1 lane override), 1 token accepted" — check's summary of what it read."""
+    return (
+        f"{_count(len(config.routes), 'route')}, {_count(len(config.lanes), 'lane override')}), "
+        f"{_count(len(tokens), 'token')} accepted"
+    )
+
+
 def check(args: argparse.Namespace) -> int:
     config, tokens = _load(args)
     url = resolve_store(args.store, config)
@@ -140,14 +103,16 @@ def check(args: argparse.Namespace) -> int:
         finally:
             storage.stop()
         print(
-            f"ok: config valid ({len(config.routes)} routes, {len(config.lanes)} lane "
-            f"overrides), {len(tokens)} token(s) accepted, database {store_label(url)} at "
-            f"schema version {version}; would listen on {args.host}:{args.port}"
+            f"ok: config valid ({_config_counts(config, tokens)}, database {store_label(url)} "
+            f"at schema version {version}; would listen on {args.host}:{args.port}"
         )
         return 0
     data_dir = sqlite_data_dir(args.data_dir)
     if data_dir.exists() and not data_dir.is_dir():
         raise ConfigError(f"data dir: {data_dir} is not a directory")
+    refused = data_dir_refused(data_dir)  # `serve` would refuse it (a probe: nothing is kept)
+    if refused is not None:
+        raise ConfigError(refused)
     lanes = []
     if data_dir.is_dir():
         lanes = [
@@ -173,9 +138,9 @@ def check(args: argparse.Namespace) -> int:
                 store.close()
     enforced = sorted(set(config.routes)) + sorted(config.lanes)
     print(
-        f"ok: config valid ({len(config.routes)} routes, {len(config.lanes)} lane overrides), "
-        f"{len(tokens)} token(s) accepted, migrations apply cleanly to {len(targets) - 1} "
-        f"lane file(s) (schema version {version}); enforced: {', '.join(enforced) or 'none'}; "
+        f"ok: config valid ({_config_counts(config, tokens)}, migrations apply cleanly to "
+        f"{_count(len(targets) - 1, 'lane file')} (schema version {version}); "
+        f"enforced: {', '.join(enforced) or 'none'}; "
         f"would listen on {args.host}:{args.port}"
     )
     return 0
@@ -346,7 +311,7 @@ def backup(args: argparse.Namespace) -> int:
         copy_lane_file(path, partial)
         os.replace(partial, dest / path.name)
         count += 1
-    print(f"ok: backed up {count} lane file(s) to {dest}")
+    print(f"ok: backed up {_count(count, 'lane file')} to {dest}")
     return 0
 
 
@@ -371,8 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     except LaneError as exc:
         print(f"lane-coordinator: {exc.message}", file=sys.stderr)
         return 1
-    except OSError as exc:
-        print(f"lane-coordinator: {exc.strerror or exc}", file=sys.stderr)
+    except OSError as exc:  # what failed, and on which file
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"lane-coordinator: {exc.strerror or exc}{where}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -96,6 +96,11 @@ class Config:
         )
 
 
+def shown(x: float) -> str:
+    """A number as a person writes it: 1000000, not 1e+06; 0.5 stays 0.5."""
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
 def _number(
     raw: dict[str, Any], key: str, default: float, lo: float, hi: float, *, integer: bool = False
 ) -> Any:
@@ -110,7 +115,7 @@ def _number(
         kind = "an integer" if integer else "a number"
         raise ConfigError(f"config: {key} must be {kind}")
     if not lo <= v <= hi:
-        raise ConfigError(f"config: {key} must be between {lo:g} and {hi:g}, got {v}")
+        raise ConfigError(f"config: {key} must be between {shown(lo)} and {shown(hi)}, got {v}")
     return v
 
 
@@ -127,7 +132,7 @@ def _in_flight_hold(where: str, table: dict[str, Any]) -> float | None:
     v = table[_HOLD_KEY]
     hi = C.MAX_IN_FLIGHT_HOLD_SECONDS
     if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= hi:
-        raise ConfigError(f"config: {where}.{_HOLD_KEY} must be a number from 0 to {hi:g}")
+        raise ConfigError(f"config: {where}.{_HOLD_KEY} must be a number from 0 to {shown(hi)}")
     return float(v)
 
 

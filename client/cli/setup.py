@@ -14,7 +14,7 @@ import webbrowser
 
 from client.api import LaneClient
 from client.cli.exits import EXIT_FAIL, EXIT_OK, EXIT_PRE_PROVIDER, UsageError
-from client.cli.render import keep_secret, out, say
+from client.cli.render import emit_json, keep_secret, out, say
 from client.config import (
     CLIENT_ENV_NAME,
     ENV_ACCOUNT,
@@ -43,16 +43,22 @@ CLIPBOARD_TOOLS: tuple[tuple[str, ...], ...] = (
 SETUP_CHECK_LANE = "setup:check"
 
 
+def read_token() -> str:
+    """The token from a hidden prompt (a terminal) or stdin's first line. Called before the
+    event loop starts (asyncio.run turns Ctrl-C into a task cancel that a blocking prompt
+    would only see after Enter): Ctrl-C here raises KeyboardInterrupt at once."""
+    if sys.stdin.isatty():
+        return getpass.getpass("Coordinator token (input hidden): ").strip()
+    return (sys.stdin.readline() or "").strip()
+
+
 async def cmd_setup(args: argparse.Namespace) -> int:
     url = args.url.strip().rstrip("/")
     if not (url.startswith("http://") or url.startswith("https://")):
         raise UsageError("URL: must start with http:// or https://")
     if not MACHINE_RE.match(args.machine_id):
         raise UsageError("MACHINE_ID: must be 1-64 of [A-Za-z0-9._-]")
-    if sys.stdin.isatty():
-        token = getpass.getpass("Coordinator token (input hidden): ").strip()
-    else:
-        token = (sys.stdin.readline() or "").strip()
+    token: str = args.token_input
     if not token:
         say("lane: setup: no token given (type it at the prompt, or pipe it on stdin)")
         return EXIT_FAIL
@@ -102,7 +108,15 @@ async def cmd_setup(args: argparse.Namespace) -> int:
     )
     write_private_file(env_path, text)
     say(f"lane: settings written to {env_path} (mode 0600)")
-    out(f'"coordinator": "{st.coordinator}"')
+    if args.json:
+        emit_json({
+            "coordinator": st.coordinator, "url": safe_url(url), "machineId": args.machine_id,
+            "account": values.get(ENV_ACCOUNT), "required": ENV_REQUIRED in values,
+            "tokenStored": f"keyring ({backend})" if backend else str(cdir / TOKEN_FILE_NAME),
+            "settingsFile": str(env_path),
+        })  # fmt: skip
+    else:
+        out(f'"coordinator": "{st.coordinator}"')
     say(f"lane: {safe_url(url)} answers as the shared coordinator; this computer is "
         f"{args.machine_id}")  # fmt: skip
     return EXIT_OK
@@ -136,7 +150,11 @@ def cmd_dashboard(args: argparse.Namespace, settings: Settings) -> int:
     opened = False
     with contextlib.suppress(Exception):
         opened = webbrowser.open(page)
-    out(page)
+    if args.json:  # never the token: where it is, and where it went
+        emit_json({"url": page, "opened": opened, "clipboard": copied,
+                   "tokenFrom": settings.token_source if settings.token else None})  # fmt: skip
+    else:
+        out(page)
     if not opened:
         say(f"lane: open {page} in a browser")
     if copied:

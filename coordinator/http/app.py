@@ -270,6 +270,7 @@ def create_app(
     app.router.add_get("/metrics", metrics, name="metrics")  # bearer: see app_middleware
     app.router.add_get("/openapi.json", openapi_json, name="openapi")  # public
     app.router.add_get("/control-room", control_room, name="control-room")
+    app.router.add_get("/control-room/", control_room, name="control-room-slash")  # same page
     app.router.add_get("/control-room/assets/{name}", control_room_asset, name="control-room-asset")
 
     async def on_startup(app: web.Application) -> None:

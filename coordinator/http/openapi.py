@@ -393,6 +393,15 @@ def _public_paths(auth: list[dict[str, list[str]]]) -> dict[str, dict[str, Any]]
             ),
             "parameters": [asset],
         },
+        "/control-room/": _get(
+            "control_room_slash",
+            "The control-room page, also at this address (a link with a trailing slash)",
+            [],
+            {
+                "200": _body_reply("HTML", "text/html", text),
+                **_error_responses((), GET_ALLOW, plain),
+            },
+        ),
     }
 
 

@@ -48,6 +48,7 @@ from coordinator.store.postgres_db import (
     connect,
     known_lanes,
     lanes_due,
+    libpq_reason,
     migrate,
     migrations,
     redact_dsn,
@@ -116,6 +117,9 @@ class PostgresLaneStore(LaneReads, LockingStore):
     from `source` from `begin_load` to `commit`/`abort`; a read outside one borrows a session."""
 
     _reads = POSTGRES_READS
+
+    def driver_reason(self, exc: Exception) -> str | None:
+        return libpq_reason(exc, self._dsn)  # libpq's text, the password masked
 
     def __init__(
         self,

@@ -91,7 +91,7 @@ def test_online_backup_is_consistent_and_restores(tmp_path: Path) -> None:
             dest = tmp_path / f"backup{n}"
             done = cli("backup", str(dest), "--data-dir", str(data))
             assert done.returncode == 0, done.stderr
-            assert "backed up 2 lane file(s)" in done.stdout
+            assert "backed up 2 lane files" in done.stdout
             backups.append((dest, before))
         writer.stop.set()
         writer.join(timeout=60)
@@ -119,7 +119,7 @@ def test_online_backup_is_consistent_and_restores(tmp_path: Path) -> None:
     checked = cli("check", "--data-dir", str(restored), "--config", str(config),
                   "--token-file", str(token_file))  # fmt: skip
     assert checked.returncode == 0, checked.stderr
-    assert "migrations apply cleanly to 2 lane file(s)" in checked.stdout
+    assert "migrations apply cleanly to 2 lane files" in checked.stdout
     srv2 = CoordinatorProcess(restored, token_file, config)
     try:
         for lane in LANES:

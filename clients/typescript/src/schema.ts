@@ -380,6 +380,24 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/control-room/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The control-room page, also at this address (a link with a trailing slash) */
+        get: operations["control_room_slash"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        /** The control-room page, also at this address (a link with a trailing slash) (HEAD: the GET's status and headers, no body) */
+        head: operations["control_room_slash_head"];
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -3372,6 +3390,64 @@ export interface operations {
             };
             /** @description not-found: no such asset (headers only) */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods (headers only) */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    control_room_slash: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description HTML */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PlainErrorReply"];
+                };
+            };
+        };
+    };
+    control_room_slash_head: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description HTML (headers only) */
+            200: {
                 headers: {
                     [name: string]: unknown;
                 };
