@@ -103,6 +103,10 @@ class Ticket:
     # release — or "expired").
     in_flight_until: float | None = None
     in_flight_ended: str | None = None
+    # docs/protocol.md#credentials: the name of the credential whose acquire created the
+    # ticket, and of the one whose release made it done (None: no release did)
+    credential: str | None = None
+    released_by: str | None = None
 
     @property
     def identity(self) -> tuple[str, str, str]:
@@ -122,6 +126,7 @@ class Pause:
     machine_id: str
     claim_id: str | None
     ticket_id: str
+    credential: str | None = None  # the reporter's credential
 
     def wire(self) -> WirePause:
         return WirePause(
@@ -131,6 +136,7 @@ class Pause:
             machine_id=self.machine_id,
             claim_id=self.claim_id,
             ticket_id=self.ticket_id,
+            credential=self.credential,
         )
 
 
@@ -144,6 +150,7 @@ class Receipt:
     content_hash: str
     content_hash_verified: bool | None
     created_at: float
+    credential: str | None = None  # the writer's credential
 
 
 @dataclass(slots=True, frozen=True)
@@ -153,6 +160,7 @@ class Incident:
     ticket_id: str | None
     machine_id: str | None
     detail: dict[str, Any]
+    credential: str | None = None  # the credential whose call caused it (None: the clock)
 
 
 # ---- changes the store persists, in order, in one transaction ----
@@ -160,7 +168,11 @@ class Incident:
 
 @dataclass(slots=True, frozen=True)
 class PutTicket:
+    """`by`: the credential whose call made this write (None: the lane's own rules did — a
+    grant, a reap; the log line names it)."""
+
     ticket: Ticket
+    by: str | None = None
 
 
 @dataclass(slots=True, frozen=True)

@@ -26,6 +26,7 @@ def unlimited_ticket(lane: str, cmd: Acquire | None, ticket_id: str, now: float)
         lease_expires_at=None,
         heartbeat_at=None,
         fence=None,
+        credential=cmd.credential if cmd else None,
     )
 
 

@@ -10,6 +10,7 @@ from aiohttp import web
 from coordinator.clock import Clock
 from coordinator.http.middleware import (
     CLOCK_KEY,
+    CREDENTIAL_KEY,
     METRICS_KEY,
     PRESENCE_KEY,
     REGISTRY_KEY,
@@ -54,6 +55,22 @@ async def overview(request: web.Request) -> web.Response:
 async def evidence(request: web.Request) -> web.Response:
     q = Q.decode_query(request.query, Q.EvidenceParams)
     return json_reply(await request.app[SERVICE_KEY].evidence(q.lane, q.ticket_id))
+
+
+async def whoami(request: web.Request) -> web.Response:
+    """The presented credential's name, role and machine (docs/protocol.md#whoami): how the
+    control room knows whether it was unlocked with one that can write."""
+    cred = request[CREDENTIAL_KEY]
+    kind = request.app[REGISTRY_KEY].kind
+    return json_reply(
+        wire.WhoamiReply(
+            coordinator=kind,
+            name=cred.name,
+            role=cred.role.value,
+            machine=cred.machine,
+            can_write=cred.can_write,
+        )
+    )
 
 
 async def dashboard(request: web.Request) -> web.Response:

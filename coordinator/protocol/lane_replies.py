@@ -51,6 +51,8 @@ ErrorCode = Literal[
     "unauthorized",
     "not-owner",
     "not-holder",
+    "role-forbidden",
+    "machine-mismatch",
     "not-found",
     "method-not-allowed",
     "ticket-not-held",
@@ -96,6 +98,7 @@ class Pause(Wire, kw_only=True):
     machine_id: str
     claim_id: str | None = None
     ticket_id: str
+    credential: str | None = None  # the name of the credential that reported it
 
 
 class Ticket(Wire, kw_only=True):
@@ -116,6 +119,7 @@ class Ticket(Wire, kw_only=True):
     lease_expires_at: float | None = None
     heartbeat_at: float | None = None
     fence: int | None = None
+    credential: str | None = None  # the name of the credential whose acquire created it
 
 
 class LaneReply(Reply, kw_only=True):
@@ -179,6 +183,7 @@ class InFlightJob(Wire, kw_only=True):
     submitted_at: float
     since: float
     hold_until: float
+    credential: str | None = None  # the ticket's (its acquire's credential)
 
 
 class ReceiptReply(Reply, kw_only=True, dict=True):
@@ -245,6 +250,7 @@ class ReceiptRow(Wire, kw_only=True):
     content_hash: str
     content_hash_verified: bool | None
     created_at: float
+    credential: str | None = None  # the name of the credential that wrote it
 
 
 class StatusReply(Reply, kw_only=True, dict=True):
@@ -293,7 +299,8 @@ class StatusReply(Reply, kw_only=True, dict=True):
 class HistoryEntry(Wire, kw_only=True):
     """A render-log row: a ticket that reached done or expired (`lateOutcome`: what a release
     after the lease expired reported; `inFlightUntil` / `inFlightEnded`: the in-flight job it
-    left, and how that ended — null while it holds)."""
+    left, and how that ended — null while it holds; `credential` / `releasedBy`: the
+    credential that acquired it and the one whose release made it done)."""
 
     ticket_id: str
     project: str
@@ -313,6 +320,10 @@ class HistoryEntry(Wire, kw_only=True):
     fence: int | None = None
     in_flight_until: float | None = None
     in_flight_ended: str | None = None
+    # docs/protocol.md#credentials: the credential whose acquire created the ticket, and the
+    # one whose release made it done (null: the coordinator ended it, or no release did)
+    credential: str | None = None
+    released_by: str | None = None
 
 
 class HistoryReply(Reply, kw_only=True):

@@ -39,6 +39,7 @@ from coordinator.protocol.control_room import (
     OverviewLimits,
     OverviewLog,
     ReceiptSummary,
+    WhoamiReply,
 )
 from coordinator.protocol.lane_replies import (
     UNKNOWN,
@@ -118,6 +119,7 @@ REPLIES: tuple[type[Wire], ...] = (
     MachinesReply,
     EvidenceReply,
     Overview,
+    WhoamiReply,
     ErrorReply,
     Healthz,
     Readyz,
@@ -174,5 +176,6 @@ __all__ = [
     "Ticket",
     "TicketState",
     "Unknown",
+    "WhoamiReply",
     "Wire",
 ]

@@ -18,7 +18,7 @@ import pytest
 
 from coordinator.store.files import copy_lane_file
 from coordinator.store.lock import LOCK_NAME
-from tests.harness import CoordinatorProcess, StartServer, cli, write_config
+from tests.harness import CoordinatorProcess, StartServer, cli, write_config, write_token_file
 
 TOKEN = "hardening-token-0123456789-abcdefghijklmnopqrst"
 SOLO = "solo:main"  # write_config's capacity-1 lane
@@ -43,7 +43,7 @@ def umask(mask: int) -> Iterator[None]:
 
 def token_file(tmp_path: Path) -> Path:
     path = tmp_path / "token"
-    path.write_text(TOKEN + "\n", encoding="utf-8")
+    write_token_file(path, TOKEN)
     return path
 
 
