@@ -35,6 +35,7 @@ from coordinator.protocol.replies import (
     StatusReply,
     Ticket,
     TicketState,
+    WhoamiReply,
     Wire,
 )
 
@@ -68,5 +69,6 @@ __all__ = [
     "StatusReply",
     "Ticket",
     "TicketState",
+    "WhoamiReply",
     "Wire",
 ]

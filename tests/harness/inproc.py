@@ -302,12 +302,15 @@ class ThreadedCoordinator:
         config: Config | None = None,
         clock: Clock | None = None,
         token: str | None = None,
+        credentials: Sequence[Cred] = (),
     ) -> None:
         self.thread = LoopThread()
         tok = token if token is not None else new_token()
         try:
             self.server = self.thread.call(
-                lambda: start_running(data_dir, config=config, clock=clock, tokens=[tok])
+                lambda: start_running(
+                    data_dir, config=config, clock=clock, tokens=[tok], credentials=credentials
+                )
             )
         except BaseException:
             self.thread.stop()
