@@ -36,6 +36,7 @@ from coordinator.protocol.replies import (
     StatusReply,
     Ticket,
     TicketState,
+    WhoamiReply,
     Wire,
 )
 
@@ -70,5 +71,6 @@ __all__ = [
     "StatusReply",
     "Ticket",
     "TicketState",
+    "WhoamiReply",
     "Wire",
 ]

@@ -1,4 +1,4 @@
-"""`lane-coordinator serve|check|backup|migrate|import`."""
+"""`lane-coordinator serve|check|backup|migrate|import|token`."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from coordinator import __version__
 from coordinator import constants as C
 from coordinator.cli_args import STORE_ENV
 from coordinator.cli_args import build_parser as build_parser  # re-exported: tests, scripts
-from coordinator.config import Config, load_config, load_tokens
+from coordinator.config import Config, load_config
+from coordinator.credentials import Credential, Credentials, load_credentials
 from coordinator.errors import ConfigError
 from coordinator.logs import configure_logging
 from coordinator.protocol.constants import ACTOR_POSTGRES, ACTOR_SQLITE
@@ -33,6 +34,7 @@ from coordinator.store.postgres_db import migrate, migrations
 from coordinator.store.postgres_storage import PostgresStorage
 from coordinator.store.sqlite import SqliteLaneStore
 from coordinator.store.storage import SQLITE, postgres_url, sqlite_data_dir, store_label
+from coordinator.token_cli import token_cmd
 
 log = structlog.get_logger("coordinator.cli")
 
@@ -48,10 +50,33 @@ def resolve_store(
     return postgres_url(flag or from_env or config.store)
 
 
-def _load(args: argparse.Namespace) -> tuple[Config, list[bytes]]:
+def _load(args: argparse.Namespace) -> tuple[Config, list[Credential]]:
     config = load_config(args.config)
-    tokens = load_tokens(args.token_file)
-    return config, tokens
+    creds = load_credentials(args.token_file)
+    return config, creds
+
+
+def _accepted(creds: list[Credential]) -> str:
+    """What `check` says of the credentials: how many, by role, and the plain ones."""
+    roles = {r: sum(1 for c in creds if c.role == r) for r in ("admin", "driver", "reader")}
+    by_role = ", ".join(f"{n} {r}" for r, n in roles.items() if n)
+    plain = sum(1 for c in creds if c.plain)
+    hint = f"; {plain} plain (store their hash: lane-coordinator token add)" if plain else ""
+    return f"{_count(len(creds), 'credential')} accepted ({by_role}{hint})"
+
+
+def _warn_plain(creds: list[Credential]) -> None:
+    """The older plain-token lines work (as admin) but are stored in the clear: say so."""
+    plain = [c.name for c in creds if c.plain]
+    if plain:
+        log.warning(
+            "auth.plain_tokens",
+            count=len(plain),
+            names=plain,
+            hint="plain tokens are admin credentials stored in the clear: make one credential "
+            "per computer with `lane-coordinator token add NAME --role driver --machine ID "
+            "--token-file PATH` (it stores sha256:<hex> lines), then remove the plain lines",
+        )
 
 
 def _postgres_url(args: argparse.Namespace, what: str) -> str:
@@ -84,16 +109,13 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def _config_counts(config: Config, tokens: list[bytes]) -> str:
-    """ "2 routes, 1 lane override), 1 token accepted" — check's summary of what it read."""
-    return (
-        f"{_count(len(config.routes), 'route')}, {_count(len(config.lanes), 'lane override')}), "
-        f"{_count(len(tokens), 'token')} accepted"
-    )
+def _config_counts(config: Config) -> str:
+    """ "2 routes, 1 lane override)" — check's summary of the config it read."""
+    return f"{_count(len(config.routes), 'route')}, {_count(len(config.lanes), 'lane override')})"
 
 
 def check(args: argparse.Namespace) -> int:
-    config, tokens = _load(args)
+    config, creds = _load(args)
     url = resolve_store(args.store, config)
     if url is not None:
         storage = PostgresStorage(url, stall_seconds=config.replica_stall_seconds)
@@ -103,8 +125,9 @@ def check(args: argparse.Namespace) -> int:
         finally:
             storage.stop()
         print(
-            f"ok: config valid ({_config_counts(config, tokens)}, database {store_label(url)} "
-            f"at schema version {version}; would listen on {args.host}:{args.port}"
+            f"ok: config valid ({_config_counts(config)}, {_accepted(creds)}, database "
+            f"{store_label(url)} at schema version {version}; would listen on "
+            f"{args.host}:{args.port}"
         )
         return 0
     data_dir = sqlite_data_dir(args.data_dir)
@@ -138,8 +161,8 @@ def check(args: argparse.Namespace) -> int:
                 store.close()
     enforced = sorted(set(config.routes)) + sorted(config.lanes)
     print(
-        f"ok: config valid ({_config_counts(config, tokens)}, migrations apply cleanly to "
-        f"{_count(len(targets) - 1, 'lane file')} (schema version {version}); "
+        f"ok: config valid ({_config_counts(config)}, {_accepted(creds)}, migrations apply "
+        f"cleanly to {_count(len(targets) - 1, 'lane file')} (schema version {version}); "
         f"enforced: {', '.join(enforced) or 'none'}; "
         f"would listen on {args.host}:{args.port}"
     )
@@ -218,14 +241,15 @@ async def _serve(args: argparse.Namespace) -> int:
     from coordinator.http.app import create_app
     from coordinator.http.server import LaneRunner
 
-    config, tokens = _load(args)
+    config, creds = _load(args)
     url = resolve_store(args.store, config)
     if url is None:
         sqlite_data_dir(args.data_dir)  # ConfigError before anything starts
+    _warn_plain(creds)
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(_loop_exception_handler(args.log_level.lower() == "debug"))
     _raise_open_file_limit(config.max_connections)
-    app = create_app(config, tokens, args.data_dir, store=url or SQLITE)
+    app = create_app(config, Credentials(creds), args.data_dir, store=url or SQLITE)
     runner = LaneRunner(app, config, kind=ACTOR_POSTGRES if url else ACTOR_SQLITE)
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port)
@@ -279,19 +303,28 @@ def _listen_failure(host: str, port: int, exc: OSError) -> str:
 
 
 def _reload_tokens(token_file: Path | None, app: web.Application) -> None:
-    """SIGHUP: swap in the token file's tokens; on any problem keep the current ones."""
-    from coordinator.http.middleware import TOKENS_KEY
+    """SIGHUP: swap in the token file's credentials; on any problem keep the current ones."""
+    from coordinator.http.middleware import CREDENTIALS_KEY
 
     if token_file is None:
         log.warning("auth.tokens_reload_skipped", reason="no --token-file; restart to change")
         return
+    current = app[CREDENTIALS_KEY]
     try:
-        tokens = load_tokens(token_file)
-    except ConfigError as exc:  # the message names the file and sizes, never a token
-        log.error("auth.tokens_reload_failed", error=str(exc), kept=len(app[TOKENS_KEY]))
+        creds = load_credentials(token_file)
+    except ConfigError as exc:  # the message names the file and lines, never a token
+        log.error("auth.tokens_reload_failed", error=str(exc), kept=len(current))
         return
-    app[TOKENS_KEY][:] = tokens  # the list auth reads on every request
-    log.info("auth.tokens_reloaded", count=len(tokens))
+    before = {c.name for c in current.all}
+    current.replace(creds)  # what auth reads on every request, swapped at once
+    names = {c.name for c in creds}
+    log.info(
+        "auth.tokens_reloaded",
+        count=len(creds),
+        added=sorted(names - before),
+        removed=sorted(before - names),
+    )
+    _warn_plain(creds)
 
 
 def backup(args: argparse.Namespace) -> int:
@@ -329,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
             return migrate_cmd(args)
         if args.command == "import":
             return import_cmd(args)
+        if args.command == "token":
+            return token_cmd(args)
         return asyncio.run(_serve(args))
     except ConfigError as exc:
         print(f"lane-coordinator: {exc}", file=sys.stderr)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from coordinator import __version__
 from coordinator import constants as C
-from coordinator.config import TOKEN_ENV
+from coordinator.credentials import TOKEN_ENV
+from coordinator.token_cli import add_parser as add_token_parser
 
 STORE_ENV = "LANE_COORDINATOR_STORE"
 STORE_HELP = (
@@ -54,8 +55,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     _config_arg(p, "the TOML config: capacities, leases, limits (default: every setting at "
                 "its default, no route enforced)")  # fmt: skip
     p.add_argument("--token-file", type=Path, default=None, metavar="FILE",
-                   help="accepted bearer tokens, one per line, re-read on SIGHUP "
-                   f"(default: ${TOKEN_ENV}, whitespace- or comma-separated)")  # fmt: skip
+                   help="the credentials, one per line (sha256:<hex> name= role= "
+                   "[machine=]; `lane-coordinator token add` makes them; mode 0600), re-read "
+                   f"on SIGHUP (default: ${TOKEN_ENV}, the same lines)")  # fmt: skip
     p.add_argument("--log-level", default="info", choices=LOG_LEVELS,
                    type=str.lower, help="the JSON log's level, on stderr")  # fmt: skip
 
@@ -101,4 +103,5 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _store_arg(i)
     _config_arg(i, "read `store` from this config")
+    add_token_parser(sub)
     return parser

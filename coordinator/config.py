@@ -1,8 +1,7 @@
-"""Server configuration (TOML) and the bearer tokens."""
+"""Server configuration (TOML). The credentials (the token file) are coordinator/credentials.py."""
 
 from __future__ import annotations
 
-import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,13 +12,6 @@ from coordinator.engine.model import LaneSettings
 from coordinator.errors import ConfigError
 from coordinator.protocol import constants as P
 from coordinator.protocol.names import PART_RE, parse_lane
-
-TOKEN_ENV = "LANE_COORDINATOR_TOKEN"
-HOW_TO_MAKE_TOKEN = (
-    "make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))' "
-    f"and pass it in {TOKEN_ENV} or with --token-file PATH (one token per line; "
-    "two lines while rotating)"
-)
 
 # Connection limits (docs/operator.md, "Limits"): how many connections are open at once, and
 # how long a client may take over a request head, over a body, and idle between requests.
@@ -293,35 +285,3 @@ def load_config(path: Path | None) -> Config:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config: {path} is not valid TOML: {exc}") from exc
     return parse_config(raw)
-
-
-def load_tokens(token_file: Path | None, env: dict[str, str] | None = None) -> list[bytes]:
-    """Accepted bearer tokens: one per line in the file, or whitespace/comma-separated in env.
-
-    Two tokens (current and next) let computers move to a new token one at a time.
-    """
-    env = dict(os.environ) if env is None else env
-    if token_file is not None:
-        try:
-            text = token_file.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(
-                f"token: cannot read --token-file {token_file}: {exc.strerror}; {HOW_TO_MAKE_TOKEN}"
-            ) from exc
-        lines = (ln.strip() for ln in text.splitlines())
-        parts = [ln for ln in lines if ln and not ln.startswith("#")]  # an indented "#" too
-    else:
-        value = env.get(TOKEN_ENV, "")
-        parts = value.replace(",", " ").split()
-    if not parts:
-        raise ConfigError(f"token: no token given; {HOW_TO_MAKE_TOKEN}")
-    tokens = []
-    for p in parts:
-        b = p.encode("utf-8")
-        if len(b) < C.MIN_TOKEN_BYTES:
-            raise ConfigError(
-                f"token: a token is {len(b)} bytes; at least {C.MIN_TOKEN_BYTES} are required; "
-                f"{HOW_TO_MAKE_TOKEN}"
-            )
-        tokens.append(b)
-    return tokens

@@ -97,7 +97,7 @@ def _main(argv: list[str] | None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "setup":  # before the event loop: Ctrl-C at the prompt ends it now
-            args.token_input = read_token()
+            args.token_input = read_token(args.machine_id)
         return asyncio.run(dispatch(args))
     except UsageError as exc:
         sub = getattr(args, "command", None)

@@ -114,7 +114,9 @@ class LaneCore(LaneSlots):
         )
         self._leave_in_flight(t, expiry, fx)
 
-    def _end(self, t: Ticket, outcome: str | None, at: float, fx: Effects) -> None:
+    def _end(
+        self, t: Ticket, outcome: str | None, at: float, fx: Effects, by: str | None = None
+    ) -> None:
         was_held = t.state is TicketState.HELD
         self._unindex(t)
         t.state = TicketState.DONE
@@ -122,11 +124,11 @@ class LaneCore(LaneSlots):
         t.ended_at = at
         if was_held and t.held_at is not None:
             self.hold_samples.add(t.project, max(0.0, at - t.held_at))
-        fx.changes.append(PutTicket(t))
+        fx.changes.append(PutTicket(t, by))
         fx.woken.add(t.ticket_id)
         self._count_history(fx)
         if was_held and outcome in IN_FLIGHT_OUTCOMES:
-            self._leave_in_flight(t, at, fx)
+            self._leave_in_flight(t, at, fx, by)
 
     def _count_history(self, fx: Effects) -> None:
         self.history_count += 1
@@ -187,6 +189,7 @@ class LaneCore(LaneSlots):
                     t.ticket_id,
                     cmd.machine_id,
                     collision,
+                    cmd.credential,
                 )
             return self.lane_reply(t, now, caller_owns=owns, duplicate=True), fx
 
@@ -204,10 +207,11 @@ class LaneCore(LaneSlots):
             enqueued_at=now,
             lease_seconds=lease,
             last_seen_at=now,
+            credential=cmd.credential,
         )
         self.next_seq += 1
         self._index(t)
-        fx.changes.append(PutTicket(t))
+        fx.changes.append(PutTicket(t, cmd.credential))
         fx.changes.append(PutCounters(self.last_fence, self.next_seq))
         self._promote(now, fx)
         reply = self.lane_reply(t, now, caller_owns=True, duplicate=False)
@@ -244,7 +248,7 @@ class LaneCore(LaneSlots):
                 t.lease_seconds = cmd.lease_seconds
             t.heartbeat_at = now
             self.leases.add((t.lease_expires_at, t.ticket_id))
-            fx.changes.append(PutTicket(t))
+            fx.changes.append(PutTicket(t, call.credential))
         elif t.state is TicketState.QUEUED:
             self._keepalive(t, now)
             reason = "not-held"
@@ -273,12 +277,14 @@ class LaneCore(LaneSlots):
             # a late release that says the job ended reconciles its in-flight job (the
             # contract's values; `lateOutcome` keeps that it came as a release)
             how = f"reconciled:{cmd.outcome}"
-            self._end_in_flight(t, how, now, call.machine_id, IncidentKind.IN_FLIGHT_ENDED, fx)
+            kind = IncidentKind.IN_FLIGHT_ENDED
+            self._end_in_flight(t, how, now, call.machine_id, kind, fx, call.credential)
             self._promote(now, fx)
         if not owner:
             reason = "not-owner"
         elif t.state in (TicketState.HELD, TicketState.QUEUED):
-            self._end(t, cmd.outcome, now, fx)
+            t.released_by = call.credential
+            self._end(t, cmd.outcome, now, fx, call.credential)
             t.provider_job_id = cmd.provider_job_id
             t.note = cmd.note
             released = True
@@ -286,9 +292,10 @@ class LaneCore(LaneSlots):
         elif t.state is TicketState.EXPIRED:
             t.state = TicketState.DONE
             t.late_outcome = cmd.outcome
+            t.released_by = call.credential
             t.provider_job_id = t.provider_job_id or cmd.provider_job_id
             t.note = t.note or cmd.note
-            fx.changes.append(PutTicket(t))
+            fx.changes.append(PutTicket(t, call.credential))
             self._incident(
                 fx,
                 IncidentKind.LATE_RELEASE,
@@ -296,6 +303,7 @@ class LaneCore(LaneSlots):
                 t.ticket_id,
                 call.machine_id,
                 {"lateOutcome": cmd.outcome, "fence": t.fence},
+                call.credential,
             )
             reason = "expired"
         else:
@@ -321,7 +329,7 @@ class LaneCore(LaneSlots):
                 f"ticketId: {call.ticket_id} is {t.state.value}; only a held ticket may pause"
             )
         until = now + cmd.retry_after_seconds
-        reporter = (call.machine_id, call.claim_id, t.ticket_id)
+        reporter = (call.machine_id, call.claim_id, t.ticket_id, call.credential)
         previous = self.pause if self.paused(now) else None
         extended = False
         if previous is None:
@@ -337,6 +345,7 @@ class LaneCore(LaneSlots):
                     "until": until,
                     "retryAfterSeconds": cmd.retry_after_seconds,
                 },
+                call.credential,
             )
         elif until > previous.until:
             # The pause began when it began: an extension keeps startedAt, takes the new
@@ -357,6 +366,7 @@ class LaneCore(LaneSlots):
                     "startedAt": previous.started_at,
                     "retryAfterSeconds": cmd.retry_after_seconds,
                 },
+                call.credential,
             )
         assert self.pause is not None
         reply = wire.CooldownReply(
@@ -404,9 +414,10 @@ class LaneCore(LaneSlots):
             content_hash=cmd.content_hash,
             content_hash_verified=verified,
             created_at=now,
+            credential=cmd.credential,
         )
         fx.changes.append(PutReceipt(rec))
-        self._receipt_phase(t, cmd.phase, now, fx)
+        self._receipt_phase(t, cmd.phase, now, fx, cmd.credential)
         if not verified:
             self._incident(
                 fx,
@@ -420,6 +431,7 @@ class LaneCore(LaneSlots):
                     "sentHash": cmd.content_hash,
                     "computedHash": cmd.computed_hash,
                 },
+                cmd.credential,
             )
         stored = wire.ReceiptReply(
             coordinator=self.coordinator, stored=True, replay=False, content_hash_verified=verified
@@ -430,10 +442,11 @@ class LaneCore(LaneSlots):
         self, cmd: commands.Reconcile, now: float, ended: Ticket | None
     ) -> tuple[wire.ReconcileReply, Effects]:
         """End an ended ticket's in-flight job by hand (docs/protocol.md#reconcile): its
-        owner says how the provider job ended; the next waiters are promoted."""
+        owner (or an admin credential, for any machine's ticket) says how the provider job
+        ended; the next waiters are promoted."""
         call = cmd.call
         fx, t = self._begin(call.machine_id, call.ticket_id, now, ended)
-        if not is_owner(t, call.machine_id, call.claim_id):
+        if not cmd.admin and not is_owner(t, call.machine_id, call.claim_id):
             raise NotOwner(f"ticketId: {call.ticket_id} is owned by another driver")
         if not t.holds_in_flight:
             raise NotInFlight(
@@ -443,7 +456,8 @@ class LaneCore(LaneSlots):
         t.provider_job_id = t.provider_job_id or cmd.provider_job_id
         t.note = t.note or cmd.note
         how = f"reconciled:{cmd.outcome}"
-        self._end_in_flight(t, how, now, call.machine_id, IncidentKind.IN_FLIGHT_ENDED, fx)
+        kind = IncidentKind.IN_FLIGHT_ENDED
+        self._end_in_flight(t, how, now, call.machine_id, kind, fx, call.credential)
         self._promote(now, fx)
         return wire.ReconcileReply(
             coordinator=self.coordinator, reconciled=True, promoted=fx.promoted[before:]

@@ -43,6 +43,7 @@ class LaneViews(LaneQueue):
             lease_expires_at=t.lease_expires_at if t.state is TicketState.HELD else None,
             heartbeat_at=t.heartbeat_at,
             fence=t.fence,
+            credential=t.credential,
         )
 
     def pause_view(self, now: float) -> wire.Pause | None:
@@ -98,6 +99,7 @@ class LaneViews(LaneQueue):
             submitted_at=t.submitted_at,
             since=t.ended_at,
             hold_until=t.in_flight_until,
+            credential=t.credential,
         )
 
     def summary(self, now: float) -> wire.LaneSummary:

@@ -108,6 +108,10 @@ class Ticket:
     # None for a ticket stored before it was recorded): its grant's ETA error
     # (docs/protocol.md#eta-error) is measured against it.
     eta_first_seconds: float | None = None
+    # docs/protocol.md#credentials: the name of the credential whose acquire created the
+    # ticket, and of the one whose release made it done (None: no release did)
+    credential: str | None = None
+    released_by: str | None = None
 
     @property
     def identity(self) -> tuple[str, str, str]:
@@ -127,6 +131,7 @@ class Pause:
     machine_id: str
     claim_id: str | None
     ticket_id: str
+    credential: str | None = None  # the reporter's credential
 
     def wire(self) -> WirePause:
         return WirePause(
@@ -136,6 +141,7 @@ class Pause:
             machine_id=self.machine_id,
             claim_id=self.claim_id,
             ticket_id=self.ticket_id,
+            credential=self.credential,
         )
 
 
@@ -149,6 +155,7 @@ class Receipt:
     content_hash: str
     content_hash_verified: bool | None
     created_at: float
+    credential: str | None = None  # the writer's credential
 
 
 @dataclass(slots=True, frozen=True)
@@ -158,6 +165,7 @@ class Incident:
     ticket_id: str | None
     machine_id: str | None
     detail: dict[str, Any]
+    credential: str | None = None  # the credential whose call caused it (None: the clock)
 
 
 # ---- changes the store persists, in order, in one transaction ----
@@ -165,7 +173,11 @@ class Incident:
 
 @dataclass(slots=True, frozen=True)
 class PutTicket:
+    """`by`: the credential whose call made this write (None: the lane's own rules did — a
+    grant, a reap; the log line names it)."""
+
     ticket: Ticket
+    by: str | None = None
 
 
 @dataclass(slots=True, frozen=True)

@@ -323,6 +323,7 @@ def _job_evidence(ticket_id: str, t: Ticket | None, reads: Reads) -> wire.JobEvi
             prompt_hash=t.prompt_hash,
             machine_id=t.machine_id,
             claim_id=t.claim_id,
+            credential=t.credential,
         ),
         state=t.state.value,
         outcome=cast("wire.Outcome | None", t.outcome),

@@ -33,6 +33,7 @@ def unlimited_ticket(
         lease_expires_at=None,
         heartbeat_at=None,
         fence=None,
+        credential=cmd.credential if cmd else None,
     )
 
 

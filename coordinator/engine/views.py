@@ -37,6 +37,8 @@ def _history_fields(t: Ticket) -> dict[str, Any]:
         "fence": t.fence,
         "in_flight_until": t.in_flight_until,
         "in_flight_ended": t.in_flight_ended,
+        "credential": t.credential,
+        "released_by": t.released_by,
     }
 
 
@@ -72,6 +74,7 @@ def _receipt_fields(r: Receipt) -> dict[str, Any]:
         "content_hash": r.content_hash,
         "content_hash_verified": r.content_hash_verified,
         "created_at": r.created_at,
+        "credential": r.credential,
     }
 
 
@@ -95,4 +98,5 @@ def incident_row(lane: str, incident_id: int, i: Incident) -> wire.Incident:
         ticket_id=i.ticket_id if i.ticket_id is not None else wire.UNKNOWN,
         machine_id=i.machine_id if i.machine_id is not None else wire.UNKNOWN,
         detail=i.detail,
+        credential=i.credential,
     )

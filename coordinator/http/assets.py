@@ -18,6 +18,7 @@ _CONTROL_ROOM_MODULES = (
     "view.js",
     "widgets.js",
     "session.js",
+    "credential.js",
     "alerts.js",
     "lanes.js",
     "timeline.js",

@@ -63,26 +63,48 @@ _REPLIES: dict[str, dict[int, tuple[type[wire.Wire], str]]] = {
     "reconcile": {200: (wire.ReconcileReply, "the hold ended; the waiters it promoted")},
 }
 
-# Every POST operation can answer these: a bad body or protocolVersion, no token, a body over
+# Every POST operation can answer these: a bad body or protocolVersion, no token, a credential
+# bound to another machine than the body's machineId (403 machine-mismatch), a body over
 # max_body_bytes, a body that is not JSON, a change that could not be committed.
-_COMMON_ERRORS = (400, 401, 413, 415, 503)
+_COMMON_ERRORS = (400, 401, 403, 413, 415, 503)
 # ...and these, about the ticket it names.
 _EXTRA_ERRORS: dict[str, tuple[int, ...]] = {
     "acquire": (),
-    "await": (403, 404),
+    "await": (404,),
     "heartbeat": (404,),
     "release": (404,),
-    "receipt": (403, 404, 409),
+    "receipt": (404, 409),
     "status": (),
     "history": (),
-    "cooldown": (403, 404, 409),
-    "reconcile": (403, 404, 409),
+    "cooldown": (404, 409),
+    "reconcile": (404, 409),
+}
+# The 403 codes of each POST operation (docs/protocol.md#credentials): every one may be
+# machine-mismatch; a write is role-forbidden to a reader credential; the ticket's own.
+_FORBIDDEN: dict[str, tuple[str, ...]] = {
+    "acquire": ("role-forbidden", "machine-mismatch"),
+    "await": ("role-forbidden", "machine-mismatch", "not-owner"),
+    "heartbeat": ("role-forbidden", "machine-mismatch"),
+    "release": ("role-forbidden", "machine-mismatch"),
+    "receipt": ("role-forbidden", "machine-mismatch", "not-holder"),
+    "status": ("machine-mismatch",),
+    "history": ("machine-mismatch",),
+    "cooldown": ("role-forbidden", "machine-mismatch", "not-owner"),
+    "reconcile": ("role-forbidden", "machine-mismatch", "not-owner"),
+}
+_FORBIDDEN_TEXT = {
+    "role-forbidden": "role-forbidden (the credential's role does not include this call: a "
+    "reader credential writes nothing)",
+    "machine-mismatch": "machine-mismatch (a credential bound to one machine named another "
+    "machineId)",
+    "not-owner": "not-owner (another driver owns the ticket)",
+    "not-holder": "not-holder (the writer is not the ticket's holder machine)",
 }
 
 _ERROR_TEXT = {
     400: "bad-request or unsupported-protocol (the message names the field)",
     401: "unauthorized: a valid bearer token is required",
-    403: "not-owner or not-holder",
+    403: "role-forbidden, machine-mismatch, not-owner or not-holder",
     404: "not-found",
     405: "method-not-allowed: the Allow header names the accepted methods",
     409: "ticket-not-held, receipt-conflict or not-in-flight",
@@ -126,13 +148,20 @@ _READ_400 = "bad-request (the message names the query parameter)"  # GET: no pro
 
 
 def _error_responses(
-    statuses: tuple[int, ...], allow: str, error: type[wire.Wire] = wire.ErrorReply
+    statuses: tuple[int, ...],
+    allow: str,
+    error: type[wire.Wire] = wire.ErrorReply,
+    *,
+    forbidden: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The error replies of an operation: `statuses` and 405 (another method: `allow`).
-    `error`: ErrorReply under /v1 (it names the coordinator), PlainErrorReply outside."""
+    `error`: ErrorReply under /v1 (it names the coordinator), PlainErrorReply outside;
+    `forbidden`: the 403's codes, each described."""
     out: dict[str, Any] = {}
     for code in sorted({*statuses, 405}):
         text = _READ_400 if code == 400 and allow == GET_ALLOW else _ERROR_TEXT[code]
+        if code == 403 and forbidden:
+            text = "; ".join(_FORBIDDEN_TEXT[c] for c in forbidden)
         response = _json_reply(text, error)
         if code == 401:
             response["headers"] = _WWW_AUTHENTICATE
@@ -255,6 +284,17 @@ def _get_routes() -> dict[str, dict[str, Any]]:
                 **_error_responses((400, 401, 503), GET_ALLOW),
             },
         },
+        "/v1/whoami": {
+            "summary": (
+                "The credential this request presented: its name, role and machine (never "
+                "its secret); canWrite says whether its role may change lanes"
+            ),
+            "parameters": [],
+            "responses": {
+                "200": _json_reply("the credential", wire.WhoamiReply),
+                **_error_responses((401,), GET_ALLOW),
+            },
+        },
         "/v1/dashboard": {
             "summary": "Redirect to the control-room page",
             "parameters": [],
@@ -301,7 +341,9 @@ def _post_paths(auth: list[dict[str, list[str]]]) -> dict[str, Any]:
                 },
                 "responses": {
                     **ok,
-                    **_error_responses(_COMMON_ERRORS + _EXTRA_ERRORS[name], POST_ALLOW),
+                    **_error_responses(
+                        _COMMON_ERRORS + _EXTRA_ERRORS[name], POST_ALLOW, forbidden=_FORBIDDEN[name]
+                    ),
                 },
             }
         }
@@ -440,7 +482,14 @@ def openapi_document() -> dict[str, Any]:
                 BEARER: {
                     "type": "http",
                     "scheme": "bearer",
-                    "description": f"a coordinator token (at least {MIN_TOKEN_BYTES} bytes)",
+                    "description": (
+                        f"a coordinator token (at least {MIN_TOKEN_BYTES} bytes): a "
+                        "credential whose role is reader (every GET under /v1, /metrics, "
+                        "status, history), driver (also acquire, await, heartbeat, release, "
+                        "receipt, cooldown, reconcile; bound to one machineId when it names "
+                        "one) or admin (everything, for any machine); outside its role 403 "
+                        "role-forbidden, another machine 403 machine-mismatch"
+                    ),
                 }
             },
         },

@@ -11,6 +11,7 @@ from coordinator.clock import Clock
 from coordinator.http.assets import CONTROL_ROOM_ASSETS
 from coordinator.http.middleware import (
     CLOCK_KEY,
+    CREDENTIAL_KEY,
     METRICS_KEY,
     PRESENCE_KEY,
     REGISTRY_KEY,
@@ -55,6 +56,22 @@ async def overview(request: web.Request) -> web.Response:
 async def evidence(request: web.Request) -> web.Response:
     q = Q.decode_query(request.query, Q.EvidenceParams)
     return json_reply(await request.app[SERVICE_KEY].evidence(q.lane, q.ticket_id))
+
+
+async def whoami(request: web.Request) -> web.Response:
+    """The presented credential's name, role and machine (docs/protocol.md#whoami): how the
+    control room knows whether it was unlocked with one that can write."""
+    cred = request[CREDENTIAL_KEY]
+    kind = request.app[REGISTRY_KEY].kind
+    return json_reply(
+        wire.WhoamiReply(
+            coordinator=kind,
+            name=cred.name,
+            role=cred.role.value,
+            machine=cred.machine,
+            can_write=cred.can_write,
+        )
+    )
 
 
 async def dashboard(request: web.Request) -> web.Response:

@@ -3,6 +3,8 @@ and GET /v1/overview. `coordinator.protocol.replies` exports them with every oth
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 from msgspec import UNSET, UnsetType
 
@@ -61,6 +63,8 @@ class Incident(Wire, kw_only=True):
     ticket_id: str
     machine_id: str
     detail: JsonObject = msgspec.field(default_factory=dict)  # incident_details.DETAILS
+    # the name of the credential whose call caused it (null: the lane's clock did)
+    credential: str | None = None
 
 
 class IncidentsReply(Reply, kw_only=True):
@@ -122,6 +126,7 @@ class JobIdentity(Wire, kw_only=True):
     prompt_hash: str
     machine_id: str
     claim_id: str | None = None
+    credential: str | None = None  # the name of the credential whose acquire created it
 
 
 class JobEvidence(Wire, kw_only=True):
@@ -150,6 +155,16 @@ class EvidenceReply(Reply, kw_only=True):
     now: float
 
 
+class WhoamiReply(Reply, kw_only=True):
+    """The credential this request presented: its name, role and machine (never its secret).
+    `canWrite`: its role may change lanes (driver, admin); the control room warns when so."""
+
+    name: str
+    role: Literal["reader", "driver", "admin"]
+    machine: str | None = None
+    can_write: bool
+
+
 # ---------------------------------------------------------------- GET /v1/overview
 
 
@@ -170,6 +185,7 @@ class ReceiptSummary(Wire, kw_only=True):
     content_hash: str
     content_hash_verified: bool | None
     created_at: float
+    credential: str | None = None  # the name of the credential that wrote it
 
 
 class OverviewLane(Wire, kw_only=True):

@@ -60,6 +60,20 @@ class NotHolder(LaneError):
     status = 403
 
 
+class RoleForbidden(LaneError):
+    """The credential's role does not include the call (docs/protocol.md#credentials)."""
+
+    code = "role-forbidden"
+    status = 403
+
+
+class MachineMismatch(LaneError):
+    """A credential bound to one machine named another (docs/protocol.md#credentials)."""
+
+    code = "machine-mismatch"
+    status = 403
+
+
 class NotFound(LaneError):
     code = "not-found"
     status = 404
@@ -110,6 +124,8 @@ ERRORS: tuple[type[LaneError], ...] = (
     Unauthorized,
     NotOwner,
     NotHolder,
+    RoleForbidden,
+    MachineMismatch,
     NotFound,
     MethodNotAllowed,
     TicketNotHeld,

@@ -68,6 +68,8 @@ ErrorCode = Literal[
     "unauthorized",
     "not-owner",
     "not-holder",
+    "role-forbidden",
+    "machine-mismatch",
     "not-found",
     "method-not-allowed",
     "ticket-not-held",
@@ -115,6 +117,7 @@ class Pause(Wire, kw_only=True):
     machine_id: str
     claim_id: str | None = None
     ticket_id: str
+    credential: str | None = None  # the name of the credential that reported it
 
 
 class Ticket(Wire, kw_only=True):
@@ -135,6 +138,7 @@ class Ticket(Wire, kw_only=True):
     lease_expires_at: float | None = None
     heartbeat_at: float | None = None
     fence: int | None = None
+    credential: str | None = None  # the name of the credential whose acquire created it
 
 
 class LaneReply(Reply, kw_only=True):
@@ -198,6 +202,7 @@ class InFlightJob(Wire, kw_only=True):
     submitted_at: float
     since: float
     hold_until: float
+    credential: str | None = None  # the ticket's (its acquire's credential)
 
 
 class EtaError(Wire, kw_only=True):
@@ -274,6 +279,7 @@ class ReceiptRow(Wire, kw_only=True):
     content_hash: str
     content_hash_verified: bool | None
     created_at: float
+    credential: str | None = None  # the name of the credential that wrote it
 
 
 class StatusReply(Reply, kw_only=True, dict=True):
@@ -326,7 +332,8 @@ class HistoryEntry(Wire, kw_only=True):
     after the lease expired reported; `etaFirstSeconds`: the ETA the acquire that created it
     answered, 0 when granted at once, null for a ticket older than that record;
     `waitSeconds`: heldAt − enqueuedAt; `inFlightUntil` / `inFlightEnded`: the in-flight job
-    it left, and how that ended — null while it holds)."""
+    it left, and how that ended — null while it holds; `credential` / `releasedBy`: the
+    credential that acquired it and the one whose release made it done)."""
 
     ticket_id: str
     project: str
@@ -347,6 +354,10 @@ class HistoryEntry(Wire, kw_only=True):
     fence: int | None = None
     in_flight_until: float | None = None
     in_flight_ended: InFlightEnd | None = None
+    # docs/protocol.md#credentials: the credential whose acquire created the ticket, and the
+    # one whose release made it done (null: the coordinator ended it, or no release did)
+    credential: str | None = None
+    released_by: str | None = None
 
 
 class HistoryReply(Reply, kw_only=True):

@@ -39,6 +39,7 @@ from coordinator.protocol.control_room import (
     OverviewLimits,
     OverviewLog,
     ReceiptSummary,
+    WhoamiReply,
 )
 from coordinator.protocol.lane_replies import (
     UNKNOWN,
@@ -128,6 +129,7 @@ REPLIES: tuple[type[Wire], ...] = (
     MachinesReply,
     EvidenceReply,
     Overview,
+    WhoamiReply,
     ErrorReply,
     PlainErrorReply,
     Healthz,
@@ -190,5 +192,6 @@ __all__ = [
     "Ticket",
     "TicketState",
     "Unknown",
+    "WhoamiReply",
     "Wire",
 ]

@@ -19,6 +19,7 @@ from coordinator.engine.model import Incident, Receipt, Ticket
 from coordinator.store.rows import (
     ENDED,
     HOLDS_IN_FLIGHT,
+    INCIDENT_COLUMNS,
     RECEIPT_COLUMNS,
     TICKET_COLUMNS,
     Row,
@@ -82,8 +83,7 @@ class ReadQueries:
         self.project_history = f"{tickets} {ended} AND project = {p} {log} {p}"
         self.history_count = f"SELECT count(*) AS n FROM tickets {ended}"
         self.incidents = (
-            f"SELECT id, kind, at, ticket_id, machine_id, detail FROM incidents{where_lane} "
-            f"ORDER BY id DESC LIMIT {p}"
+            f"SELECT id, {INCIDENT_COLUMNS} FROM incidents{where_lane} ORDER BY id DESC LIMIT {p}"
         )
         # the ended tickets a history prune removes first (never one whose in-flight job
         # still holds a slot: the lane loads it from its row)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import rfc8785
 
-from tests.harness import CoordinatorProcess, cli
+from tests.harness import CoordinatorProcess, cli, write_token_file
 
 TOKEN = "acceptance-token-0123456789-abcdefghijklmnopqrstu"  # 49 bytes
 SOLO, DUO, BRIEF = "solo:main", "duo:main", "brief:main"
@@ -36,7 +36,7 @@ def setup_dir(tmp_path: Path) -> tuple[Path, Path, Path]:
     config = tmp_path / "coordinator.toml"
     config.write_text(CONFIG, encoding="utf-8")
     token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n", encoding="utf-8")
+    write_token_file(token_file, TOKEN)
     token_file.chmod(0o600)
     return data, config, token_file
 

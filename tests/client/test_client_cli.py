@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from client.sync import SyncLaneClient
-from tests.client.kit import LANE_BIN, REPO, lane, shared_env
+from tests.client.kit import LANE_BIN, REPO, STUDIO_B, lane, shared_env
 from tests.harness import AppThread, ThreadedCoordinator
+from tests.harness.config import client_env
 
 LANE = "render:main"
 IDENT = ["--project", "p", "--scene", "s1", "--prompt-hash", "h1"]
@@ -128,7 +129,10 @@ def test_reconcile_ends_an_in_flight_job_and_promotes(
 
     bad = lane("reconcile", "--lane", LANE, "--ticket", ta, "--outcome", "done", env=a)
     assert bad.code == 2  # not an outcome: usage
-    other = lane("reconcile", "--lane", LANE, "--ticket", ta, "--outcome", "completed", env=b)
+    # another machine's driver credential (an admin may reconcile any machine's ticket)
+    b_driver = client_env(lane_env, coordinator.url, STUDIO_B.token, "studio-b")
+    other = lane("reconcile", "--lane", LANE, "--ticket", ta, "--outcome", "completed",
+                 env=b_driver)  # fmt: skip
     assert other.code == 1 and "not-owner" in other.err
     rc = lane("reconcile", "--lane", LANE, "--ticket", ta, "--outcome", "completed",
               "--provider-job-id", "job-1", "--note", "seen in the dashboard", "--json",

@@ -5,7 +5,7 @@ Store-agnostic: it speaks only the wire protocol (docs/protocol.md), so it serve
 PostgreSQL replica failover tests and a kill -9 campaign against one SQLite server alike.
 
 Recording. One `Ledger` per test. Every HTTP attempt is one `Entry`: `ledger.sent(client, op,
-lane, body, target=url)` before the request goes out, then exactly one of
+lane, body, target=url, credential=name)` before the request goes out, then exactly one of
 `ledger.replied(entry, status, body)` (any HTTP answer) or `ledger.failed(entry, error)` (no
 answer: refused, reset, timed out). An entry is *acknowledged* when its status is 2xx: only
 then did the client learn something the server must stand by. A retry is a new entry.
@@ -49,6 +49,9 @@ read holds every retained row and no queued ticket was cut from the status reply
     was acknowledged `released: true` was certainly held from the arrival of its first
     acknowledged grant to the sending of that release; on the ledger's clock those spans
     never overlap more than `capacity` at once.
+(f) Credentials (tests/harness/history_credentials.py): the ticket of an acknowledged acquire
+    that made it names that attempt's credential; a `released: true` release's row names the
+    releaser's credential in `releasedBy` (attempts recorded without a credential: unchecked).
 (e) No revival. Once an acknowledged reply showed a ticket ended (done/expired), no reply to
     an operation sent after that reply arrived shows it queued or held, and the server does
     not list it live. Likewise once shown held, it is never shown queued again.
@@ -77,6 +80,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.harness.history_credentials import check_credentials
 from tests.harness.in_flight import candidates, check_in_flight, receipt_rows
 
 ENDED_STATES = frozenset({"done", "expired"})
@@ -100,6 +104,7 @@ class Entry:
     body: dict[str, Any]
     sent_at: float
     target: str = ""
+    credential: str | None = None  # the name of the credential it presented (None: unknown)
     replied_at: float | None = None
     status: int | None = None
     reply: dict[str, Any] | None = None
@@ -149,6 +154,7 @@ class Ledger:
         *,
         target: str = "",
         at: float | None = None,
+        credential: str | None = None,
     ) -> Entry:
         with self._mutex:
             entry = Entry(
@@ -159,6 +165,7 @@ class Ledger:
                 dict(body),
                 self.clock() if at is None else at,
                 target,
+                credential,
             )
             self.entries.append(entry)
         return entry
@@ -536,6 +543,7 @@ def _check_lane(view: LaneView, acked: list[Entry], report: Report) -> None:
     _check_capacity(view, records, seen, report)
     _check_revivals(view, records, seen, report)
     check_in_flight(view, acked, report)
+    check_credentials(view, acked, report.violations)
 
 
 def _release_problem(e: Entry, rec: _Record) -> str | None:

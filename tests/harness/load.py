@@ -62,6 +62,9 @@ class Target:
 
     urls: list[str]
     token: str
+    # the name of the credential the token is, recorded with every attempt (the history
+    # checker's rule (f)); "token-1": a token file of one plain token names it so
+    credential: str | None = "token-1"
 
 
 @dataclass(frozen=True)
@@ -165,7 +168,9 @@ class Client:
             urls = self.target.urls
             url = urls[idx % len(urls)]
             headers = {"Authorization": f"Bearer {self.target.token}"}
-            entry = self.ledger.sent(self.name, op, lane, body, target=url)
+            entry = self.ledger.sent(
+                self.name, op, lane, body, target=url, credential=self.target.credential
+            )
             try:
                 async with self.session.post(
                     f"{url}/v1/lanes/{op}", json=body, headers=headers, timeout=timeout

@@ -14,13 +14,17 @@ from openapi_spec_validator import validate
 from coordinator.http.openapi_schemas import OVERRIDDEN
 from coordinator.protocol import replies as wire
 from coordinator.protocol import requests as S
-from tests.harness import Running
+from tests.harness import Running, StartServer
+from tests.harness.credentials import Cred
 
 SPEC_ERROR_CODES = {
     "bad-request", "unsupported-protocol", "unauthorized", "not-owner", "not-holder",
     "not-found", "method-not-allowed", "ticket-not-held", "receipt-conflict", "payload-too-large",
-    "unsupported-media-type", "unavailable", "not-in-flight",
+    "unsupported-media-type", "unavailable", "not-in-flight", "role-forbidden",
+    "machine-mismatch",
 }  # fmt: skip
+READER = Cred("control-room", "reader")
+BOUND = Cred("studio-a", "driver", "mA")
 
 
 async def fetch_doc(srv: Running) -> dict[str, Any]:
@@ -264,15 +268,16 @@ async def test_reply_schemas_are_the_protocol_structs(server: Running) -> None:
     assert "receiptId" not in schemas["ReceiptReply"]["properties"]  # the client's own record
 
 
-async def test_every_reply_is_exactly_its_documented_schema(server: Running) -> None:
+async def test_every_reply_is_exactly_its_documented_schema(start_server: StartServer) -> None:
     """Real replies of every route, with every list non-empty, are exactly the Struct the
     document names for their status (errors included)."""
+    server = await start_server(credentials=[READER, BOUND])
     base = {"protocolVersion": 1, "lane": "solo:main", "machineId": "mA", "claimId": "cA"}
     ids = {"project": "p", "scene": "s"}
     doc = await fetch_doc(server)
 
-    async def op(name: str, body: dict[str, Any]) -> Any:
-        r = await server.op(name, body)
+    async def op(name: str, body: dict[str, Any], **kw: Any) -> Any:
+        r = await server.op(name, body, **kw)
         assert_documented(doc, "POST", f"/v1/lanes/{name}", r.status, r.text)
         return r
 
@@ -298,7 +303,14 @@ async def test_every_reply_is_exactly_its_documented_schema(server: Running) -> 
     assert (await op("cooldown", {**late, "ticketId": tid, "machineId": "mB"})).status == 403
     rec = {**base, "ticketId": done["ticketId"], "outcome": "completed"}
     assert (await op("reconcile", rec)).status == 409  # done, no job in flight
-    assert (await op("reconcile", {**rec, "machineId": "mB"})).status == 403
+    other = {**rec, "machineId": "mB"}
+    assert (await op("reconcile", other, token=BOUND.token)).status == 403  # machine-mismatch
+    for name in sorted(S.SCHEMAS):  # the reader: a write is role-forbidden
+        body = {**base, **ids, "promptHash": "h9", "ticketId": tid, **rec, "limit": 1}
+        code = (await op(name, body, token=READER.token)).status
+        assert code == (200 if name in ("status", "history") else 403), name
+        # machine-mismatch (or 400 where the body lacks a field): documented either way
+        await op(name, {**body, "machineId": "mB"}, token=BOUND.token)
     assert (await op("reconcile", {**rec, "ticketId": "t_none"})).status == 404
     assert (await op("acquire", {**base, "protocolVersion": 2})).status == 400
     for include in (False, True):
@@ -320,6 +332,7 @@ async def test_every_reply_is_exactly_its_documented_schema(server: Running) -> 
         ("/v1/overview", {}),
         ("/v1/overview", {"lane": "solo:main", "project": "p"}),
         ("/v1/overview", {"limit": "0"}),
+        ("/v1/whoami", {}),
     ]
     for path, params in reads:
         r = await server.get(path, params=params)

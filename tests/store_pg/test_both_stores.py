@@ -5,6 +5,8 @@ their migrations, backups) is in tests/unit/store/test_sqlite.py."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from coordinator.engine.lane import LaneCore
@@ -136,6 +138,29 @@ def test_incidents_round_trip_and_last_collision(store: AnyStore) -> None:
     snap = store.load()
     assert snap.incident_count == 3
     assert snap.last_collision == {"ticketId": "t_2", "n": [1]}
+
+
+def test_credentials_round_trip_on_every_row(stores: Stores, store: AnyStore) -> None:
+    """docs/protocol.md#credentials: the credential each row records (migration 0008 / pg 0005)."""
+    live = ticket("t_1", 1, state=TicketState.HELD)
+    live.credential = "studio-a"
+    done = ended("t_2", 2, T0 + 50, held_at=T0 + 10)
+    done.credential, done.released_by = "studio-b", "ops"
+    rec = dataclasses.replace(receipt("t_1"), credential="studio-a")
+    pause = Pause("provider-human-check", T0, T0 + 900, "mA", None, "t_1", "studio-a")
+    inc = Incident("late-release", T0, "t_2", "mB", {"fence": 2}, "ops")
+    write(store, [PutTicket(live), PutTicket(done), PutReceipt(rec), PutPause(pause)])
+    write(store, [PutIncident(inc)])
+    # a later write of the ticket keeps who created it (the ticket's row is updated)
+    done.released_by = "ops-2"
+    write(store, [PutTicket(done)])
+    store = stores.reopen(store)
+    assert store.get_ticket("t_1") == live and store.get_ticket("t_2") == done
+    assert store.history(10, None)[0].released_by == "ops-2"
+    assert store.get_receipt(rec.receipt_id) == rec and store.recent_receipts(5) == [rec]
+    assert store.incidents(5) == [(1, inc)]
+    snap = store.load()
+    assert snap.pause == pause and snap.live == [live]
 
 
 def test_incident_ids_are_never_reused(store: AnyStore) -> None:
