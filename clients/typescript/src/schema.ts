@@ -254,6 +254,24 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/whoami": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The credential this request presented: its name, role and machine (never its secret); canWrite says whether its role may change lanes */
+        get: operations["v1_whoami"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        /** The credential this request presented: its name, role and machine (never its secret); canWrite says whether its role may change lanes (HEAD: the GET's status and headers, no body) */
+        head: operations["v1_whoami_head"];
+        patch?: never;
+        trace?: never;
+    };
     "/v1/dashboard": {
         parameters: {
             query?: never;
@@ -638,6 +656,8 @@ export interface components {
             heartbeatAt: number | null;
             /** @default null */
             fence: number | null;
+            /** @default null */
+            credential: string | null;
         };
         /**
          * Owner
@@ -661,6 +681,8 @@ export interface components {
             /** @default null */
             claimId: string | null;
             ticketId: string;
+            /** @default null */
+            credential: string | null;
         };
         /**
          * HeartbeatReply
@@ -796,6 +818,8 @@ export interface components {
             submittedAt: number;
             since: number;
             holdUntil: number;
+            /** @default null */
+            credential: string | null;
         };
         /**
          * EtaError
@@ -824,6 +848,8 @@ export interface components {
             contentHash: string;
             contentHashVerified: boolean | null;
             createdAt: number;
+            /** @default null */
+            credential: string | null;
         };
         /**
          * HistoryReply
@@ -853,7 +879,8 @@ export interface components {
          *     after the lease expired reported; `etaFirstSeconds`: the ETA the acquire that created it
          *     answered, 0 when granted at once, null for a ticket older than that record;
          *     `waitSeconds`: heldAt − enqueuedAt; `inFlightUntil` / `inFlightEnded`: the in-flight job
-         *     it left, and how that ended — null while it holds).
+         *     it left, and how that ended — null while it holds; `credential` / `releasedBy`: the
+         *     credential that acquired it and the one whose release made it done).
          */
         HistoryEntry: {
             ticketId: string;
@@ -887,6 +914,10 @@ export interface components {
             inFlightUntil: number | null;
             /** @default null */
             inFlightEnded: ("expired" | "receipt" | "reconciled:completed" | "reconciled:failed" | "reconciled:not-found" | "reconciled:not-submitted" | "reconciled:slot-busy") | null;
+            /** @default null */
+            credential: string | null;
+            /** @default null */
+            releasedBy: string | null;
         };
         /**
          * LanesReply
@@ -1045,6 +1076,8 @@ export interface components {
             machineId: string;
             /** @default null */
             claimId: string | null;
+            /** @default null */
+            credential: string | null;
         };
         /**
          * Overview
@@ -1118,6 +1151,8 @@ export interface components {
             contentHash: string;
             contentHashVerified: boolean | null;
             createdAt: number;
+            /** @default null */
+            credential: string | null;
         };
         /**
          * OverviewLog
@@ -1170,7 +1205,29 @@ export interface components {
             inFlightUntil: number | null;
             /** @default null */
             inFlightEnded: ("expired" | "receipt" | "reconciled:completed" | "reconciled:failed" | "reconciled:not-found" | "reconciled:not-submitted" | "reconciled:slot-busy") | null;
+            /** @default null */
+            credential: string | null;
+            /** @default null */
+            releasedBy: string | null;
             lane: string;
+        };
+        /**
+         * WhoamiReply
+         * @description The credential this request presented: its name, role and machine (never its secret).
+         *     `canWrite`: its role may change lanes (driver, admin); the control room warns when so.
+         */
+        WhoamiReply: {
+            /**
+             * @description who answered: this server on SQLite, replicas on PostgreSQL, the client's local queue
+             * @enum {string}
+             */
+            coordinator: "actor-sqlite" | "actor-postgres" | "local-sqlite";
+            name: string;
+            /** @enum {unknown} */
+            role: "admin" | "driver" | "reader";
+            /** @default null */
+            machine: string | null;
+            canWrite: boolean;
         };
         /**
          * ErrorReply
@@ -1191,7 +1248,7 @@ export interface components {
          */
         ErrorDetail: {
             /** @enum {unknown} */
-            code: "bad-request" | "method-not-allowed" | "not-found" | "not-holder" | "not-in-flight" | "not-owner" | "payload-too-large" | "receipt-conflict" | "ticket-not-held" | "unauthorized" | "unavailable" | "unsupported-media-type" | "unsupported-protocol";
+            code: "bad-request" | "machine-mismatch" | "method-not-allowed" | "not-found" | "not-holder" | "not-in-flight" | "not-owner" | "payload-too-large" | "receipt-conflict" | "role-forbidden" | "ticket-not-held" | "unauthorized" | "unavailable" | "unsupported-media-type" | "unsupported-protocol";
             message: string;
             supported?: number[];
         };
@@ -1331,6 +1388,8 @@ export interface components {
             ticketId: string;
             machineId: string;
             detail: components["schemas"]["CooldownStartedDetail"];
+            /** @default null */
+            credential: string | null;
         };
         /**
          * ProviderCooldownExtendedIncident
@@ -1345,6 +1404,8 @@ export interface components {
             ticketId: string;
             machineId: string;
             detail: components["schemas"]["CooldownExtendedDetail"];
+            /** @default null */
+            credential: string | null;
         };
         /**
          * ProviderCooldownEndedIncident
@@ -1360,6 +1421,8 @@ export interface components {
             ticketId: string;
             machineId: string;
             detail: components["schemas"]["CooldownEndedDetail"];
+            /** @default null */
+            credential: string | null;
         };
         /**
          * ReceiptHashMismatchIncident
@@ -1375,6 +1438,8 @@ export interface components {
             ticketId: string;
             machineId: string;
             detail: components["schemas"]["ReceiptHashMismatchDetail"];
+            /** @default null */
+            credential: string | null;
         };
         /**
          * LeaseExpiredIncident
@@ -1389,6 +1454,8 @@ export interface components {
             ticketId: string;
             machineId: string;
             detail: components["schemas"]["LeaseExpiredDetail"];
+            /** @default null */
+            credential: string | null;
         };
         /**
          * WaiterAbandonedIncident
@@ -1403,6 +1470,8 @@ export interface components {
             ticketId: string;
             machineId: string;
             detail: components["schemas"]["WaiterAbandonedDetail"];
+            /** @default null */
+            credential: string | null;
         };
         /**
          * DuplicateCollisionIncident
@@ -1417,6 +1486,8 @@ export interface components {
             ticketId: string;
             machineId: string;
             detail: components["schemas"]["Collision"];
+            /** @default null */
+            credential: string | null;
         };
         /**
          * LateReleaseIncident
@@ -1431,6 +1502,8 @@ export interface components {
             ticketId: string;
             machineId: string;
             detail: components["schemas"]["LateReleaseDetail"];
+            /** @default null */
+            credential: string | null;
         };
         /**
          * InFlightHeldIncident
@@ -1445,6 +1518,8 @@ export interface components {
             ticketId: string;
             machineId: string;
             detail: components["schemas"]["InFlightHeldDetail"];
+            /** @default null */
+            credential: string | null;
         };
         /**
          * InFlightEndedIncident
@@ -1459,6 +1534,8 @@ export interface components {
             ticketId: string;
             machineId: string;
             detail: components["schemas"]["InFlightEndedDetail"];
+            /** @default null */
+            credential: string | null;
         };
         /**
          * InFlightExpiredIncident
@@ -1473,6 +1550,8 @@ export interface components {
             ticketId: string;
             machineId: string;
             detail: components["schemas"]["InFlightExpiredDetail"];
+            /** @default null */
+            credential: string | null;
         };
     };
     responses: never;
@@ -1519,6 +1598,15 @@ export interface operations {
                 headers: {
                     /** @description the scheme to use: Bearer realm="lane-coordinator" */
                     "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description role-forbidden (the credential's role does not include this call: a reader credential writes nothing); machine-mismatch (a credential bound to one machine named another machineId) */
+            403: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -1607,7 +1695,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorReply"];
                 };
             };
-            /** @description not-owner or not-holder */
+            /** @description role-forbidden (the credential's role does not include this call: a reader credential writes nothing); machine-mismatch (a credential bound to one machine named another machineId); not-owner (another driver owns the ticket) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1707,7 +1795,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorReply"];
                 };
             };
-            /** @description not-owner or not-holder */
+            /** @description role-forbidden (the credential's role does not include this call: a reader credential writes nothing); machine-mismatch (a credential bound to one machine named another machineId); not-owner (another driver owns the ticket) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1816,6 +1904,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorReply"];
                 };
             };
+            /** @description role-forbidden (the credential's role does not include this call: a reader credential writes nothing); machine-mismatch (a credential bound to one machine named another machineId) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description not-found */
             404: {
                 headers: {
@@ -1901,6 +1998,15 @@ export interface operations {
                 headers: {
                     /** @description the scheme to use: Bearer realm="lane-coordinator" */
                     "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description machine-mismatch (a credential bound to one machine named another machineId) */
+            403: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -1998,7 +2104,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorReply"];
                 };
             };
-            /** @description not-owner or not-holder */
+            /** @description role-forbidden (the credential's role does not include this call: a reader credential writes nothing); machine-mismatch (a credential bound to one machine named another machineId); not-holder (the writer is not the ticket's holder machine) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2107,7 +2213,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorReply"];
                 };
             };
-            /** @description not-owner or not-holder */
+            /** @description role-forbidden (the credential's role does not include this call: a reader credential writes nothing); machine-mismatch (a credential bound to one machine named another machineId); not-owner (another driver owns the ticket) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2216,6 +2322,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorReply"];
                 };
             };
+            /** @description role-forbidden (the credential's role does not include this call: a reader credential writes nothing); machine-mismatch (a credential bound to one machine named another machineId) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
             /** @description not-found */
             404: {
                 headers: {
@@ -2301,6 +2416,15 @@ export interface operations {
                 headers: {
                     /** @description the scheme to use: Bearer realm="lane-coordinator" */
                     "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description machine-mismatch (a credential bound to one machine named another machineId) */
+            403: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2915,6 +3039,84 @@ export interface operations {
             };
         };
     };
+    v1_whoami: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the credential */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WhoamiReply"];
+                };
+            };
+            /** @description unauthorized: a valid bearer token is required */
+            401: {
+                headers: {
+                    /** @description the scheme to use: Bearer realm="lane-coordinator" */
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorReply"];
+                };
+            };
+        };
+    };
+    v1_whoami_head: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the credential (headers only) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description unauthorized: a valid bearer token is required (headers only) */
+            401: {
+                headers: {
+                    /** @description the scheme to use: Bearer realm="lane-coordinator" */
+                    "WWW-Authenticate": "Bearer realm=\"lane-coordinator\"";
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description method-not-allowed: the Allow header names the accepted methods (headers only) */
+            405: {
+                headers: {
+                    /** @description the methods the path accepts */
+                    Allow: "GET, HEAD";
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
     v1_dashboard: {
         parameters: {
             query?: never;
@@ -3331,7 +3533,7 @@ export interface operations {
             header?: never;
             path: {
                 /** @description one of the page's own files (a fixed list) */
-                name: "alerts.js" | "api.js" | "computers.js" | "config.js" | "control-room.css" | "control-room.js" | "dom.js" | "evidence.js" | "format.js" | "incidents.js" | "lanes.js" | "log.js" | "receipts.js" | "session.js" | "state.js" | "timeline.js" | "view.js" | "widgets.js";
+                name: "alerts.js" | "api.js" | "computers.js" | "config.js" | "control-room.css" | "control-room.js" | "credential.js" | "dom.js" | "evidence.js" | "format.js" | "incidents.js" | "lanes.js" | "log.js" | "receipts.js" | "session.js" | "state.js" | "timeline.js" | "view.js" | "widgets.js";
             };
             cookie?: never;
         };
@@ -3375,7 +3577,7 @@ export interface operations {
             header?: never;
             path: {
                 /** @description one of the page's own files (a fixed list) */
-                name: "alerts.js" | "api.js" | "computers.js" | "config.js" | "control-room.css" | "control-room.js" | "dom.js" | "evidence.js" | "format.js" | "incidents.js" | "lanes.js" | "log.js" | "receipts.js" | "session.js" | "state.js" | "timeline.js" | "view.js" | "widgets.js";
+                name: "alerts.js" | "api.js" | "computers.js" | "config.js" | "control-room.css" | "control-room.js" | "credential.js" | "dom.js" | "evidence.js" | "format.js" | "incidents.js" | "lanes.js" | "log.js" | "receipts.js" | "session.js" | "state.js" | "timeline.js" | "view.js" | "widgets.js";
             };
             cookie?: never;
         };
