@@ -25,6 +25,16 @@ import msgspec
 from coordinator import __version__
 from coordinator.constants import DEFAULT_MAX_BODY_BYTES, MACHINE_ONLINE_SECONDS, MIN_TOKEN_BYTES
 from coordinator.http.assets import CONTROL_ROOM_ASSETS
+from coordinator.http.openapi_errors import (
+    COMMON_ERRORS,
+    EXTRA_ERRORS,
+    FORBIDDEN,
+    GET_ALLOW,
+    POST_ALLOW,
+    body_reply,
+    error_responses,
+    json_reply,
+)
 from coordinator.http.openapi_schemas import REF, component_schemas
 from coordinator.protocol import constants as C
 from coordinator.protocol import queries as Q
@@ -32,8 +42,6 @@ from coordinator.protocol import replies as wire
 from coordinator.protocol import requests as S
 
 BEARER = "bearerAuth"
-POST_ALLOW = "POST"  # what a POST path's 405 names
-GET_ALLOW = "GET, HEAD"  # ... and a GET path's (aiohttp serves HEAD beside every GET)
 
 _SUMMARIES = {
     "acquire": "Deduplicate, enqueue and fill capacity",
@@ -62,113 +70,6 @@ _REPLIES: dict[str, dict[int, tuple[type[wire.Wire], str]]] = {
     "cooldown": {200: (wire.CooldownReply, "the lane's pause")},
     "reconcile": {200: (wire.ReconcileReply, "the hold ended; the waiters it promoted")},
 }
-
-# Every POST operation can answer these: a bad body or protocolVersion, no token, a credential
-# bound to another machine than the body's machineId (403 machine-mismatch), a body over
-# max_body_bytes, a body that is not JSON, a change that could not be committed.
-_COMMON_ERRORS = (400, 401, 403, 413, 415, 503)
-# ...and these, about the ticket it names.
-_EXTRA_ERRORS: dict[str, tuple[int, ...]] = {
-    "acquire": (),
-    "await": (404,),
-    "heartbeat": (404,),
-    "release": (404,),
-    "receipt": (404, 409),
-    "status": (),
-    "history": (),
-    "cooldown": (404, 409),
-    "reconcile": (404, 409),
-}
-# The 403 codes of each POST operation (docs/protocol.md#credentials): every one may be
-# machine-mismatch; a write is role-forbidden to a reader credential; the ticket's own.
-_FORBIDDEN: dict[str, tuple[str, ...]] = {
-    "acquire": ("role-forbidden", "machine-mismatch"),
-    "await": ("role-forbidden", "machine-mismatch", "not-owner"),
-    "heartbeat": ("role-forbidden", "machine-mismatch"),
-    "release": ("role-forbidden", "machine-mismatch"),
-    "receipt": ("role-forbidden", "machine-mismatch", "not-holder"),
-    "status": ("machine-mismatch",),
-    "history": ("machine-mismatch",),
-    "cooldown": ("role-forbidden", "machine-mismatch", "not-owner"),
-    "reconcile": ("role-forbidden", "machine-mismatch", "not-owner"),
-}
-_FORBIDDEN_TEXT = {
-    "role-forbidden": "role-forbidden (the credential's role does not include this call: a "
-    "reader credential writes nothing)",
-    "machine-mismatch": "machine-mismatch (a credential bound to one machine named another "
-    "machineId)",
-    "not-owner": "not-owner (another driver owns the ticket)",
-    "not-holder": "not-holder (the writer is not the ticket's holder machine)",
-}
-
-_ERROR_TEXT = {
-    400: "bad-request or unsupported-protocol (the message names the field)",
-    401: "unauthorized: a valid bearer token is required",
-    403: "role-forbidden, machine-mismatch, not-owner or not-holder",
-    404: "not-found",
-    405: "method-not-allowed: the Allow header names the accepted methods",
-    409: "ticket-not-held, receipt-conflict or not-in-flight",
-    413: "payload-too-large",
-    415: "unsupported-media-type",
-    503: "unavailable (nothing was applied; retry)",
-}
-
-_WWW_AUTHENTICATE = {
-    "WWW-Authenticate": {
-        "description": 'the scheme to use: Bearer realm="lane-coordinator"',
-        "required": True,
-        "schema": {"type": "string", "const": 'Bearer realm="lane-coordinator"'},
-    }
-}
-
-
-def _allow(methods: str) -> dict[str, Any]:
-    return {
-        "Allow": {
-            "description": "the methods the path accepts",
-            "required": True,
-            "schema": {"type": "string", "const": methods},
-        }
-    }
-
-
-def _json_reply(description: str, reply: type[wire.Wire]) -> dict[str, Any]:
-    return {
-        "description": description,
-        "content": {"application/json": {"schema": {"$ref": REF.format(name=reply.__name__)}}},
-    }
-
-
-def _body_reply(description: str, media_type: str, schema: dict[str, Any]) -> dict[str, Any]:
-    """A reply that is no protocol Struct: its media type and JSON Schema."""
-    return {"description": description, "content": {media_type: {"schema": schema}}}
-
-
-_READ_400 = "bad-request (the message names the query parameter)"  # GET: no protocolVersion
-
-
-def _error_responses(
-    statuses: tuple[int, ...],
-    allow: str,
-    error: type[wire.Wire] = wire.ErrorReply,
-    *,
-    forbidden: tuple[str, ...] = (),
-) -> dict[str, Any]:
-    """The error replies of an operation: `statuses` and 405 (another method: `allow`).
-    `error`: ErrorReply under /v1 (it names the coordinator), PlainErrorReply outside;
-    `forbidden`: the 403's codes, each described."""
-    out: dict[str, Any] = {}
-    for code in sorted({*statuses, 405}):
-        text = _READ_400 if code == 400 and allow == GET_ALLOW else _ERROR_TEXT[code]
-        if code == 403 and forbidden:
-            text = "; ".join(_FORBIDDEN_TEXT[c] for c in forbidden)
-        response = _json_reply(text, error)
-        if code == 401:
-            response["headers"] = _WWW_AUTHENTICATE
-        if code == 405:
-            response["headers"] = _allow(allow)
-        out[str(code)] = response
-    return out
 
 
 def _get(
@@ -241,16 +142,16 @@ def _get_routes() -> dict[str, dict[str, Any]]:
             "summary": "Every known lane: capacity, held/queued counts, pause",
             "parameters": [],
             "responses": {
-                "200": _json_reply("the lanes", wire.LanesReply),
-                **_error_responses((401, 503), GET_ALLOW),
+                "200": json_reply("the lanes", wire.LanesReply),
+                **error_responses((401, 503), GET_ALLOW),
             },
         },
         "/v1/incidents": {
             "summary": "Incidents, newest first, of one lane or all",
             "parameters": _parameters(Q.IncidentsParams),
             "responses": {
-                "200": _json_reply("the incidents", wire.IncidentsReply),
-                **_error_responses((400, 401, 503), GET_ALLOW),
+                "200": json_reply("the incidents", wire.IncidentsReply),
+                **error_responses((400, 401, 503), GET_ALLOW),
             },
         },
         "/v1/machines": {
@@ -260,16 +161,16 @@ def _get_routes() -> dict[str, dict[str, Any]]:
             ),
             "parameters": [],
             "responses": {
-                "200": _json_reply("the machines", wire.MachinesReply),
-                **_error_responses((401, 503), GET_ALLOW),
+                "200": json_reply("the machines", wire.MachinesReply),
+                **error_responses((401, 503), GET_ALLOW),
             },
         },
         "/v1/evidence": {
             "summary": "Coordinator evidence of a lane and job evidence of one ticket",
             "parameters": _parameters(Q.EvidenceParams),
             "responses": {
-                "200": _json_reply("the evidence", wire.EvidenceReply),
-                **_error_responses((400, 401, 503), GET_ALLOW),
+                "200": json_reply("the evidence", wire.EvidenceReply),
+                **error_responses((400, 401, 503), GET_ALLOW),
             },
         },
         "/v1/overview": {
@@ -280,8 +181,8 @@ def _get_routes() -> dict[str, dict[str, Any]]:
             ),
             "parameters": _parameters(Q.OverviewParams),
             "responses": {
-                "200": _json_reply("the overview", wire.Overview),
-                **_error_responses((400, 401, 503), GET_ALLOW),
+                "200": json_reply("the overview", wire.Overview),
+                **error_responses((400, 401, 503), GET_ALLOW),
             },
         },
         "/v1/whoami": {
@@ -291,8 +192,8 @@ def _get_routes() -> dict[str, dict[str, Any]]:
             ),
             "parameters": [],
             "responses": {
-                "200": _json_reply("the credential", wire.WhoamiReply),
-                **_error_responses((401,), GET_ALLOW),
+                "200": json_reply("the credential", wire.WhoamiReply),
+                **error_responses((401,), GET_ALLOW),
             },
         },
         "/v1/dashboard": {
@@ -314,7 +215,7 @@ def _get_routes() -> dict[str, dict[str, Any]]:
                         }
                     },
                 },
-                **_error_responses((401,), GET_ALLOW),
+                **error_responses((401,), GET_ALLOW),
             },
         },
     }
@@ -325,8 +226,7 @@ def _post_paths(auth: list[dict[str, list[str]]]) -> dict[str, Any]:
     for name in sorted(S.SCHEMAS):
         schema = S.SCHEMAS[name]
         ok = {
-            str(status): _json_reply(text, reply)
-            for status, (reply, text) in _REPLIES[name].items()
+            str(status): json_reply(text, reply) for status, (reply, text) in _REPLIES[name].items()
         }
         paths[f"/v1/lanes/{name}"] = {
             "post": {
@@ -341,8 +241,8 @@ def _post_paths(auth: list[dict[str, list[str]]]) -> dict[str, Any]:
                 },
                 "responses": {
                     **ok,
-                    **_error_responses(
-                        _COMMON_ERRORS + _EXTRA_ERRORS[name], POST_ALLOW, forbidden=_FORBIDDEN[name]
+                    **error_responses(
+                        COMMON_ERRORS + EXTRA_ERRORS[name], POST_ALLOW, forbidden=FORBIDDEN[name]
                     ),
                 },
             }
@@ -367,8 +267,8 @@ def _public_paths(auth: list[dict[str, list[str]]]) -> dict[str, dict[str, Any]]
             "Prometheus metrics (text exposition format)",
             auth,
             {
-                "200": _body_reply("metrics", "text/plain", text),
-                **_error_responses((401,), GET_ALLOW, plain),
+                "200": body_reply("metrics", "text/plain", text),
+                **error_responses((401,), GET_ALLOW, plain),
             },
         ),
         "/healthz": _get(
@@ -376,8 +276,8 @@ def _public_paths(auth: list[dict[str, list[str]]]) -> dict[str, dict[str, Any]]
             "Liveness; public; no queue data",
             [],
             {
-                "200": _json_reply("alive", wire.Healthz),
-                **_error_responses((), GET_ALLOW, plain),
+                "200": json_reply("alive", wire.Healthz),
+                **error_responses((), GET_ALLOW, plain),
             },
         ),
         "/readyz": _get(
@@ -386,12 +286,12 @@ def _public_paths(auth: list[dict[str, list[str]]]) -> dict[str, dict[str, Any]]
             "is reachable, not shutting down), else 503 with why",
             [],
             {
-                "200": _json_reply("ready (brokenLanes: lanes that cannot be opened)", wire.Readyz),
-                "503": _json_reply(
+                "200": json_reply("ready (brokenLanes: lanes that cannot be opened)", wire.Readyz),
+                "503": json_reply(
                     "not ready: the message says why (shutting down, data dir not writable)",
                     plain,
                 ),
-                **_error_responses((), GET_ALLOW, plain),
+                **error_responses((), GET_ALLOW, plain),
             },
         ),
         "/openapi.json": _get(
@@ -399,12 +299,12 @@ def _public_paths(auth: list[dict[str, list[str]]]) -> dict[str, dict[str, Any]]
             "This document; public (it describes the API, it holds no data)",
             [],
             {
-                "200": _body_reply(
+                "200": body_reply(
                     "OpenAPI 3.1",
                     "application/json",
                     {"type": "object", "additionalProperties": True},
                 ),
-                **_error_responses((), GET_ALLOW, plain),
+                **error_responses((), GET_ALLOW, plain),
             },
         ),
         "/control-room": _get(
@@ -412,8 +312,8 @@ def _public_paths(auth: list[dict[str, list[str]]]) -> dict[str, dict[str, Any]]
             "The read-only control-room page; it holds no data (unlocked by token)",
             [],
             {
-                "200": _body_reply("HTML", "text/html", text),
-                **_error_responses((), GET_ALLOW, plain),
+                "200": body_reply("HTML", "text/html", text),
+                **error_responses((), GET_ALLOW, plain),
             },
         ),
         "/control-room/assets/{name}": {
@@ -429,8 +329,8 @@ def _public_paths(auth: list[dict[str, list[str]]]) -> dict[str, dict[str, Any]]
                             "text/css": {"schema": text},
                         },
                     },
-                    "404": _json_reply("not-found: no such asset", plain),
-                    **_error_responses((), GET_ALLOW, plain),
+                    "404": json_reply("not-found: no such asset", plain),
+                    **error_responses((), GET_ALLOW, plain),
                 },
             ),
             "parameters": [asset],
@@ -440,8 +340,8 @@ def _public_paths(auth: list[dict[str, list[str]]]) -> dict[str, dict[str, Any]]
             "The control-room page, also at this address (a link with a trailing slash)",
             [],
             {
-                "200": _body_reply("HTML", "text/html", text),
-                **_error_responses((), GET_ALLOW, plain),
+                "200": body_reply("HTML", "text/html", text),
+                **error_responses((), GET_ALLOW, plain),
             },
         ),
     }

@@ -2,7 +2,7 @@
 // and B as two clients with their own machineId and claim, against the real coordinator the
 // pytest side started (tests/typescript: route `drill`, capacity 1, in-flight holds on); then
 // an in-flight hold ended by reconcile, a cooldown, and the RFC 8785 vectors as receipts the
-// coordinator verifies. The checks are client/drill's (steps_1_4.py, steps_5_7.py).
+// coordinator verifies. The checks are client/drill's (steps_1_4.py, steps_5_6.py).
 import assert from "node:assert/strict";
 import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
