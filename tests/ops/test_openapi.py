@@ -136,11 +136,11 @@ async def test_every_operation_but_the_redirect_declares_a_2xx(server: Running) 
 
 async def test_request_bodies_are_the_server_schemas(server: Running) -> None:
     doc = await fetch_doc(server)
-    # msgspec's schema of every reply is seconds of CPU on a loaded machine: off the loop
-    await asyncio.to_thread(_assert_reply_schemas, doc)
+    # msgspec's schema of every body is CPU on a loaded machine: off the loop
+    await asyncio.to_thread(_assert_request_schemas, doc)
 
 
-def _assert_reply_schemas(doc: dict[str, Any]) -> None:
+def _assert_request_schemas(doc: dict[str, Any]) -> None:
     schemas = doc["components"]["schemas"]
     _, generated = msgspec.json.schema_components(
         list(S.SCHEMAS.values()), ref_template="#/components/schemas/{name}"
