@@ -238,7 +238,7 @@ def test_check_counts_one_route_in_the_singular(tmp_path: Path) -> None:
     run = cli("check", "--data-dir", str(tmp_path / "d"), "--config", str(one),
               env={"LANE_COORDINATOR_TOKEN": TOKEN})  # fmt: skip
     assert run.returncode == 0, run.stderr
-    assert "(1 route, 1 lane override), 1 token accepted" in run.stdout, run.stdout
+    assert "(1 route, 1 lane override), 1 credential accepted" in run.stdout, run.stdout
 
 
 def test_the_control_room_with_a_trailing_slash_is_the_control_room(tmp_path: Path) -> None:

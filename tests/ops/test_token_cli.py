@@ -136,7 +136,7 @@ def test_check_counts_the_credentials_by_role(tmp_path: Path) -> None:
     path = write_credentials(tmp_path / "token", creds, plain=[TOKEN])
     code, out, err = _check(tmp_path, path)
     assert code == 0, err
-    assert "4 credential(s) accepted (1 admin, 2 driver, 1 reader; 1 plain" in out
+    assert "4 credentials accepted (1 admin, 2 driver, 1 reader; 1 plain" in out
 
 
 HASH = "sha256:" + "a" * 64
