@@ -122,6 +122,8 @@ class LaneCore(LaneSlots):
             self.holds.append(max(0.0, at - t.held_at))
         fx.changes.append(PutTicket(t))
         fx.woken.add(t.ticket_id)
+        if not was_held:
+            fx.dequeued.append(t.seq)
         self._count_history(fx)
         if was_held and outcome in IN_FLIGHT_OUTCOMES:
             self._leave_in_flight(t, at, fx)

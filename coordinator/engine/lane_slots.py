@@ -49,6 +49,7 @@ class LaneSlots(LaneViews):
         fx.changes.append(PutCounters(self.last_fence, self.next_seq))
         fx.woken.add(t.ticket_id)
         fx.promoted.append(t.ticket_id)
+        fx.dequeued.append(t.seq)
 
     def _incident(
         self,

@@ -112,6 +112,7 @@ class LaneTransaction:
     fx: Effects = field(default_factory=Effects)
     _now: float = 0.0
     _written: int = 0  # changes of `fx` the store has already (`unwritten`)
+    _first_seq: int | None = None  # the lane's next_seq when the first operation began
 
     @property
     def stale(self) -> bool:
@@ -131,6 +132,8 @@ class LaneTransaction:
         pause ending: kept even when the operation is refused), and the reads it needs."""
         last = None if self.head is None else self.head.last_now
         self._now = self.memory.tick(clock_now, last)
+        if self._first_seq is None:
+            self._first_seq = self.core.next_seq
         self.fx.extend(self.core.advance(self._now))
         needs = op.needs(self.core)
         return needs if needs else NO_NEEDS
@@ -170,8 +173,18 @@ class LaneTransaction:
         if not self.fx.changes and deadline == recorded:
             return None
         assert self.memory.last_now is not None
-        notify = bool(self.fx.woken) or self.fx.pause_changed
-        return Writes(self.unwritten(), deadline, self.memory.last_now, notify)
+        return Writes(self.unwritten(), deadline, self.memory.last_now, self.wakes_others())
+
+    def wakes_others(self) -> bool:
+        """Whether a parked await elsewhere (another replica) may need waking: the pause
+        changed, or a ticket that was queued before this transaction left the queue. Only a
+        queued ticket has parked awaits, and one this transaction created has none anywhere
+        yet (its id was never committed): an acquire granted at once, a release that
+        promotes nobody, a heartbeat or a receipt tell no one."""
+        if self.fx.pause_changed:
+            return True
+        first = self._first_seq
+        return first is not None and any(seq < first for seq in self.fx.dequeued)
 
 
 @dataclass(slots=True)
