@@ -430,9 +430,7 @@ def notified(store: FakeLockingStore) -> bool:
     return store.commits[-1][3]
 
 
-def test_a_commit_tells_other_replicas_only_when_a_ticket_queued_before_it_left_the_queue() -> (
-    None
-):
+def test_a_commit_tells_other_replicas_only_when_a_ticket_queued_before_it_left_the_queue() -> None:
     store, mem, clock = FakeLockingStore(), memory(), Clock()
     run(store, mem, [acquire(1)], clock)
     assert not notified(store)  # granted at once: nobody can be parked on it
