@@ -5,7 +5,8 @@ lookup and a socket write per statement, and a dictionary per row; on the lane
 transaction's hot path (BEGIN and the lock; the writes, the version, the NOTIFY and COMMIT)
 that was most of a replica's CPU per cycle (docs/performance.md). `Batch` speaks to the
 session's libpq connection (`psycopg.Connection.pgconn`) directly instead: each statement is
-prepared once per session under a name of its own (`lc_N`, never psycopg's `_pg3_N`),
+prepared once per session under a name of its own (`lc_` and a hash of its text, never
+psycopg's `_pg3_N`),
 parameters go as text (None, bool, int, float, str: the types a lane's rows hold; the server
 infers each one's type from where it stands), every statement and the Sync leave in one
 write, and each statement's last result comes back raw for the caller to read the few values
@@ -20,6 +21,7 @@ the session is still usable (in a failed transaction: the caller rolls back). An
 
 from __future__ import annotations
 
+import hashlib
 import select
 import weakref
 from collections.abc import Sequence
@@ -50,7 +52,9 @@ def _convert(query: str) -> tuple[bytes, bytes]:
         if any("%" in p for p in parts):
             raise ValueError(f"a batch statement may hold no '%' but its placeholders: {query!r}")
         text = "".join(f"{p}${i}" for i, p in enumerate(parts[:-1], 1)) + parts[-1]
-        found = (f"{PREFIX}{len(_converted) + 1}".encode(), text.encode())
+        # named by its text, so that store threads converting at once agree on every name
+        digest = hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+        found = (f"{PREFIX}{digest}".encode(), text.encode())
         _converted[query] = found
     return found
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
+from coordinator.store import pg_batch
 from coordinator.store import postgres_db as db
 from coordinator.store.pg_batch import Batch, rows, value
 
@@ -90,3 +91,20 @@ def test_a_lost_session_raises_and_is_closed(conn: db.Conn, pg_dsn: str) -> None
     with pytest.raises(psycopg.OperationalError):
         batch.run()
     assert conn.closed
+
+
+def test_a_statement_is_named_by_its_text_whatever_was_converted_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Store threads convert at once: a name counted from the table's size gave two
+    statements one name (a session then ran one with the other's parameters)."""
+    a, b = "SELECT %s::int AS a", "SELECT %s::text AS b"
+    monkeypatch.setattr(pg_batch, "_converted", {})
+    first = (pg_batch._convert(a), pg_batch._convert(b))
+    monkeypatch.setattr(pg_batch, "_converted", {})
+    second = (pg_batch._convert(a), pg_batch._convert(b))
+    monkeypatch.setattr(pg_batch, "_converted", {})
+    reverse = (pg_batch._convert(b), pg_batch._convert(a))
+    assert first == second == reverse[::-1]
+    assert first[0][0] != first[1][0]
+    assert first[0][1] == b"SELECT $1::int AS a"
