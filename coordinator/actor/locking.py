@@ -6,9 +6,10 @@ groups. Each batch of the mailbox is one lane transaction, run lock-first by the
 its version; when another replica wrote since, reload it inside the transaction; run the
 operations (their reads inside the transaction too); write the changes with the lane's next
 deadline and last `now`; COMMIT; only then are the replies released. A batch whose changes
-may wake a parked await elsewhere (a promotion, a pause change) sends a NOTIFY with its
-commit. A batch that writes nothing answers before its ROLLBACK: it read committed state
-under the lock, and nothing of it waits for the transaction's end.
+may wake a parked await elsewhere (a ticket queued before it was promoted or ended, a
+pause change) sends a NOTIFY with its commit. A batch that writes nothing answers before its
+ROLLBACK: it read committed state under the lock, and nothing of it waits for the
+transaction's end.
 """
 
 from __future__ import annotations
