@@ -70,11 +70,31 @@ def resolve_store(
     return postgres_url(flag or from_env or config.store)
 
 
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lane-coordinator")
     parser.add_argument("--version", action="version", version=f"lane-coordinator {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    _common(sub.add_parser("serve", help="run the coordinator"))
+    serve = sub.add_parser("serve", help="run the coordinator")
+    _common(serve)
+    serve.add_argument(
+        "--workers",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="PostgreSQL store only: N replica processes sharing --port (SO_REUSEPORT)",
+    )
+    serve.add_argument(
+        "--reuse-port",
+        action="store_true",
+        help="bind with SO_REUSEPORT: other processes may listen on the same port",
+    )
     _common(sub.add_parser("check", help="dry run: validate config, token and migrations"))
     b = sub.add_parser("backup", help="consistent online copies of every lane file")
     b.add_argument("dest", type=Path)
@@ -263,7 +283,7 @@ async def _serve(args: argparse.Namespace) -> int:
     app = create_app(config, tokens, args.data_dir, store=url or SQLITE)
     runner = LaneRunner(app, config, kind=ACTOR_POSTGRES if url else ACTOR_SQLITE)
     await runner.setup()
-    site = web.TCPSite(runner, args.host, args.port)
+    site = web.TCPSite(runner, args.host, args.port, reuse_port=args.reuse_port or None)
     try:
         await site.start()
     except OSError as exc:  # the port is taken, the host is not on this machine, ...
@@ -293,6 +313,24 @@ async def _serve(args: argparse.Namespace) -> int:
     except TimeoutError:
         print("lane-coordinator: shutdown grace period ran out", file=sys.stderr)
     return 0
+
+
+def workers(args: argparse.Namespace) -> int:
+    """`serve --workers N`: refused on the SQLite store (one lane file has one server
+    process), else N workers on one port (coordinator/workers.py)."""
+    from coordinator.workers import run_workers
+
+    config, _ = _load(args)
+    if resolve_store(args.store, config) is None:
+        raise ConfigError(
+            "--workers needs the PostgreSQL store (--store postgresql://...): on SQLite one "
+            "process serves the lane files (docs/performance.md#one-sqlite-process)"
+        )
+    try:
+        return run_workers(args)
+    except OSError as exc:
+        print(f"lane-coordinator: {_listen_failure(args.host, args.port, exc)}", file=sys.stderr)
+        return 1
 
 
 def _address(host: str, port: int) -> str:
@@ -364,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
             return migrate_cmd(args)
         if args.command == "import":
             return import_cmd(args)
+        if args.workers > 1:
+            return workers(args)
         return asyncio.run(_serve(args))
     except ConfigError as exc:
         print(f"lane-coordinator: {exc}", file=sys.stderr)
