@@ -21,10 +21,11 @@ the session is still usable (in a failed transaction: the caller rolls back). An
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import select
 import weakref
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 import psycopg
@@ -95,6 +96,30 @@ class Batch:
         """Send every queued statement and a Sync in one write; each statement's last result
         (None for one the server skipped after an earlier error). Raises the first error's
         psycopg class; psycopg.OperationalError when the session was lost (it is closed)."""
+        done, fresh = self._send()
+        try:
+            results = _communicate(self._conn.pgconn)
+            self._conn.pgconn.exit_pipeline_mode()
+        except BaseException:
+            self._lost()
+            raise
+        return self._results(results, done, fresh)
+
+    async def run_here(self) -> list[PGresult | None]:
+        """`run` on the event loop: the socket's readiness is awaited there (psycopg's
+        sessions are non-blocking), no thread is held. A cancelled run closes the session."""
+        done, fresh = self._send()
+        try:
+            results = await _communicate_here(self._conn.pgconn)
+            self._conn.pgconn.exit_pipeline_mode()
+        except BaseException:
+            self._lost()
+            raise
+        return self._results(results, done, fresh)
+
+    def _send(self) -> tuple[set[bytes], list[bytes]]:
+        """Enter pipeline mode and queue every statement (a Parse first for each one this
+        session has not prepared) and the Sync."""
         conn = self._conn
         pg = conn.pgconn
         done = _prepared.get(conn)
@@ -112,12 +137,19 @@ class Batch:
                     fresh.append(name)
                 pg.send_query_prepared(name, params)
             pg.pipeline_sync()
-            results = _communicate(pg)
-            pg.exit_pipeline_mode()
         except BaseException:
-            _prepared.pop(conn, None)
-            conn.close()  # mid-way: nobody knows what the session holds
+            self._lost()
             raise
+        return done, fresh
+
+    def _lost(self) -> None:
+        _prepared.pop(self._conn, None)
+        self._conn.close()  # mid-way: nobody knows what the session holds
+
+    def _results(
+        self, results: list[PGresult | None], done: set[bytes], fresh: list[bytes]
+    ) -> list[PGresult | None]:
+        conn = self._conn
         out: list[PGresult | None] = []
         first_error: PGresult | None = None
         for r in results:
@@ -139,19 +171,22 @@ class Batch:
         return out
 
 
-def _communicate(pg: PGconn) -> list[PGresult | None]:
-    """Flush, then read every command's results up to the Sync (the socket is
-    non-blocking: psycopg's sessions are). One entry per command sent: its last result, or
-    None when the server skipped it (PIPELINE_ABORTED)."""
-    fd = pg.socket
+WRITE, READ = True, False  # what `_exchange` waits for: writable (or readable), readable
+
+
+def _exchange(pg: PGconn) -> Generator[bool, None, list[PGresult | None]]:
+    """Flush, then read every command's results up to the Sync; yields what to wait for on
+    the socket whenever libpq would block (psycopg's sessions are non-blocking), and returns
+    one entry per command sent: its last result, or None when the server skipped it
+    (PIPELINE_ABORTED)."""
     while pg.flush():
-        select.select([fd], [fd], [])
+        yield WRITE
         pg.consume_input()  # a full send buffer: read what the server answered meanwhile
     results: list[PGresult | None] = []
     current: PGresult | None = None
     while True:
         while pg.is_busy():
-            select.select([fd], [], [])
+            yield READ
             pg.consume_input()
         r = pg.get_result()
         if r is None:  # the end of one command's results
@@ -164,6 +199,51 @@ def _communicate(pg: PGconn) -> list[PGresult | None]:
         if status == ExecStatus.PIPELINE_ABORTED:
             continue
         current = r
+
+
+def _communicate(pg: PGconn) -> list[PGresult | None]:
+    """`_exchange`, its waits in `select` (a store thread)."""
+    fd = pg.socket
+    steps = _exchange(pg)
+    try:
+        while True:
+            write = next(steps)
+            select.select([fd], [fd] if write else [], [])
+    except StopIteration as done:
+        results: list[PGresult | None] = done.value
+        return results
+
+
+async def _wait(fd: int, *, write: bool) -> None:
+    """Until `fd` is readable (or, with `write`, readable or writable) on the running loop."""
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, wake)
+    if write:
+        loop.add_writer(fd, wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
+        if write:
+            loop.remove_writer(fd)
+
+
+async def _communicate_here(pg: PGconn) -> list[PGresult | None]:
+    """`_exchange`, its waits on the event loop."""
+    fd = pg.socket
+    steps = _exchange(pg)
+    try:
+        while True:
+            await _wait(fd, write=next(steps))
+    except StopIteration as done:
+        results: list[PGresult | None] = done.value
+        return results
 
 
 def value(result: PGresult | None, col: int, row: int = 0) -> str | None:

@@ -38,7 +38,7 @@ from psycopg.rows import DictRow
 from coordinator import failpoints
 from coordinator.constants import ETA_HOLD_SAMPLE_SIZE, EVIDENCE_RECENT_SECONDS
 from coordinator.engine.model import Change, IncidentKind, LaneSnapshot
-from coordinator.engine.store import LaneHead, LockingStore, Writes
+from coordinator.engine.store import LaneHead, LoopLockingStore, Writes
 from coordinator.errors import StoreError
 from coordinator.store.pg_batch import Batch, rows, value
 from coordinator.store.postgres_db import (
@@ -130,7 +130,7 @@ def _head_of_result(result: PGresult | None) -> LaneHead:
 # ---------------------------------------------------------------- the store
 
 
-class PostgresLaneStore(LaneReads, LockingStore):
+class PostgresLaneStore(LaneReads, LoopLockingStore):
     """All SQL of one lane in the shared database. Calls are synchronous; the caller
     serializes them per store (several stores, in one process or in several replicas, may
     serve the same lane: `begin_load` makes them take turns). A transaction holds one session
@@ -310,21 +310,87 @@ class PostgresLaneStore(LaneReads, LockingStore):
                 psycopg.errors.DivisionByZero, f"lane store for {self.lane} lost its lanes row"
             ),
         ):
-            changes, counters = split_counters(writes.changes)
-            fence, seq = (counters.last_fence, counters.next_seq) if counters else (None, None)
-            batch = Batch(db)  # every statement and the Sync in one write
-            write_changes(batch, self.lane, changes)
-            at = batch.execute(
-                _BUMP_VERSION, (writes.next_deadline, writes.last_now, fence, seq, self.lane)
-            )
-            if writes.notify:
-                batch.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, self.lane))
-            batch.execute("COMMIT")
+            batch, at = self._commit_batch(db, writes)
             version = value(batch.run()[at], 0)
+        return self._committed(db, version)
+
+    def _commit_batch(self, db: Conn, writes: Writes) -> tuple[Batch, int]:
+        """Every statement of the commit, for one write; the version's index."""
+        changes, counters = split_counters(writes.changes)
+        fence, seq = (counters.last_fence, counters.next_seq) if counters else (None, None)
+        batch = Batch(db)
+        write_changes(batch, self.lane, changes)
+        at = batch.execute(
+            _BUMP_VERSION, (writes.next_deadline, writes.last_now, fence, seq, self.lane)
+        )
+        if writes.notify:
+            batch.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, self.lane))
+        batch.execute("COMMIT")
+        return batch, at
+
+    def _committed(self, db: Conn, version: str | None) -> int:
         self._txn = None
         self._source.put(db)
         assert version is not None
         return int(version)
+
+    # ---------------------------------------------------------------- on the event loop
+
+    async def begin_here(self) -> LaneHead | None:
+        """BEGIN and the lock in one write, awaited on the loop, on an idle session of the
+        pool. None without one, when it turns out lost (the store thread's `begin_load` opens
+        another), or for a lane without its row yet (`begin_load` creates it). A failure
+        drops the session (the server rolls its transaction back)."""
+        self._check_open()
+        if self._txn is not None:
+            raise StoreError(f"lane store for {self.lane}: a transaction is already open")
+        db = self._source.idle()
+        if db is None:
+            return None
+        self._txn = db
+        batch = Batch(db)
+        batch.execute("BEGIN")
+        at = batch.execute(_LOCK_HEAD, (self.lane,))
+        try:
+            result = (await batch.run_here())[at]
+            if not rows(result):  # a new lane: `begin_load` creates its row
+                end = Batch(db)
+                end.execute("ROLLBACK")
+                await end.run_here()
+                self._txn = None
+                self._source.put(db)
+                return None
+            head = _head_of_result(result)
+        except psycopg.Error as exc:
+            self._txn = None
+            self._source.put(db, broken=True)
+            if isinstance(exc, psycopg.OperationalError) and db.closed:
+                return None  # lost while idle: nothing of the lane was done in it
+            if isinstance(exc, psycopg.errors.LockNotAvailable):
+                raise StoreError(f"lane store for {self.lane} is busy") from exc
+            raise StoreError(f"lane store for {self.lane} is unavailable") from exc
+        except BaseException:
+            self._txn = None
+            self._source.put(db, broken=True)
+            raise
+        if failpoints.ENABLED:  # tests only: freeze here, the lane's row locked
+            failpoints.hit("pg.lane_locked", lane=self.lane)
+        return head
+
+    async def commit_here(self, writes: Writes) -> int:
+        """`commit`'s one write, awaited on the loop. On a failure the transaction is left
+        open (or its session closed): the caller ends it with `abort`."""
+        db = self._txn
+        if db is None:
+            raise StoreError(f"lane store for {self.lane}: commit outside a transaction")
+        try:
+            batch, at = self._commit_batch(db, writes)
+            version = value((await batch.run_here())[at], 0)
+        except psycopg.errors.DivisionByZero as exc:
+            raise StoreError(f"lane store for {self.lane} lost its lanes row") from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot commit to lane store for {self.lane}") from exc
+        return self._committed(db, version)
 
     def abort(self) -> None:
         db, self._txn = self._txn, None
