@@ -15,6 +15,8 @@ with the same load generator; CPU, RSS and fds are read from the server's /proc 
    alarm that fell due while down has fired
 9. PostgreSQL beside SQLite: 9a/9b as 2 and 1, 9c cross-replica hand-off (SKIPPED without
    PostgreSQL)
+10. the ETA error on a mixed workload (two projects, varied holds, pauses; virtual time):
+   median and p90, and the lane's own etaError checked against the bench's count
 peers. the peer table (`--peers`, `make bench-peers`; bench/peers/): ours on SQLite and on
    PostgreSQL (one replica, two) beside etcd, Redis, the plain-PostgreSQL recipe and a bare
    FIFO semaphore, the same shapes for all, the fairness notes, and issue 21's targets
@@ -35,7 +37,7 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from bench import pg, run
+from bench import eta, pg, run
 from bench.common import raise_own_fd_limit
 from bench.context import Context
 from bench.peers.table import TARGETS, shape_peers
@@ -75,11 +77,13 @@ async def bench(s: Settings) -> int:
     runners: dict[str, Callable[[Context], Awaitable[None]]] = {
         **run.RUNNERS,
         "9": pg.shape9,
+        "10": eta.shape10,
         "peers": shape_peers,
     }
     declared = {
         **run.rows(s),
         "9": pg.rows(s),
+        "10": eta.rows(s),
         "peers": [(t.key, t.shape, t.target) for t in TARGETS],
     }
     with tempfile.TemporaryDirectory(prefix="lane-bench-") as tmpd:

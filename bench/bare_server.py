@@ -28,6 +28,12 @@ async def handle(request: web.Request) -> web.Response:
 async def serve(port: int) -> None:
     app = web.Application()
     app.router.add_post("/v1/lanes/{op}", handle)
+    await run_until_stopped(app, port, "bare")
+
+
+async def run_until_stopped(app: web.Application, port: int, name: str) -> None:
+    """Serve `app` on 127.0.0.1:`port` (0: the OS picks), say "<name> listening on URL" on
+    stderr once it listens, and run until SIGTERM/SIGINT (the bench's servers all do)."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port)
@@ -38,7 +44,7 @@ async def serve(port: int) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    print(f"bare listening on http://127.0.0.1:{real}", file=sys.stderr, flush=True)
+    print(f"{name} listening on http://127.0.0.1:{real}", file=sys.stderr, flush=True)
     await stop.wait()
     await runner.cleanup()
 

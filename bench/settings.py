@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from coordinator.constants import JANITOR_INTERVAL_SECONDS, LANE_IDLE_CLOSE_SECONDS
 
-SHAPES = ("1", "2", "3", "4", "5", "6", "7", "8", "9", "peers")
+SHAPES = ("1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "peers")
 # the systems of the peer table (bench/peers/run.py), in its order
 PEER_SYSTEMS = ("sqlite", "pg1", "pg2", "etcd", "plain-pg", "redis", "fifo")
 # (env var, full run, --quick, what it sets)
@@ -37,6 +37,7 @@ KNOBS: dict[str, tuple[str, float, float, str]] = {
     "peer_seconds": ("BENCH_PEER_SECONDS", 8, 1.5, "seconds per peer-table measurement (peers)"),
     "peer_rounds": ("BENCH_PEER_ROUNDS", 3, 1, "peer-table rounds (the median is kept)"),
     "peer_handoffs": ("BENCH_PEER_HANDOFFS", 300, 30, "hand-offs per system (peers)"),
+    "eta_jobs": ("BENCH_ETA_JOBS", 600, 200, "jobs of the ETA-error workload (10)"),
 }
 
 
@@ -62,6 +63,7 @@ class Settings:
     peer_rounds: int
     peer_handoffs: int
     peer_systems: frozenset[str]
+    eta_jobs: int
 
     def wants(self, *shapes: str) -> bool:
         return any(s in self.only for s in shapes)
@@ -132,4 +134,5 @@ def parse(argv: list[str] | None = None, env: dict[str, str] | None = None) -> S
         peer_rounds=int(v("peer_rounds")),
         peer_handoffs=int(v("peer_handoffs")),
         peer_systems=systems,
+        eta_jobs=int(v("eta_jobs")),
     )

@@ -40,6 +40,7 @@ from client.models import (
     ReconcileReply,
     ReleaseReply,
     StatusReply,
+    WhoamiReply,
 )
 from client.transport import (
     DEFAULT_RETRY,
@@ -259,6 +260,10 @@ class LaneClient(HttpTransport):
 
     async def machines(self) -> MachinesReply:
         return await self._get("/v1/machines", MachinesReply)
+
+    async def whoami(self) -> WhoamiReply:
+        """The credential this client's token is: name, role, machine (docs/protocol.md#whoami)."""
+        return await self._get("/v1/whoami", WhoamiReply)
 
     async def evidence(self, lane: str, ticket_id: str | None = None) -> EvidenceReply:
         params = {"lane": lane}

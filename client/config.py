@@ -50,6 +50,8 @@ ENV_LOCAL_CAPACITY = "LANE_LOCAL_CAPACITY"
 ENV_TIMEOUT = "LANE_TIMEOUT_SECONDS"
 ENV_SELF_TEST_ACCOUNT = "LANE_SELF_TEST_ACCOUNT"
 ENV_CONFIG_DIR = "LANE_CONFIG_DIR"
+# a reader credential for the control room (`lane dashboard` prefers it to the driver's token)
+ENV_READ_TOKEN = "LANE_READ_TOKEN"
 
 KEYRING_SERVICE = "lane-coordinator"
 DEFAULT_COOLDOWN_SECONDS = 900.0
@@ -80,6 +82,7 @@ class Settings:
     config_dir: Path
     warnings: tuple[str, ...] = ()
     token_problem: str | None = None  # why a token file was not used
+    read_token: str | None = field(default=None, repr=False)  # $LANE_READ_TOKEN
 
 
 def config_dir(environ: MutableMapping[str, str] | None = None) -> Path:
@@ -175,6 +178,8 @@ def keyring_set(url: str, token: str) -> str | None:
 def _pick(
     arg: str | None, env: MutableMapping[str, str], files: dict[str, str], key: str
 ) -> str | None:
+    """The one rule for every setting: argument > environment > client.env, where an empty
+    value counts as unset (`LANE_ACCOUNT=` and `LANE_REQUIRED=` alike fall through)."""
     if arg is not None and arg != "":
         return arg
     if env.get(key):
@@ -227,9 +232,7 @@ def load_settings(
     url_v = _pick(url, env, files, ENV_URL)
     url_v = url_v.strip().rstrip("/") if url_v else None
 
-    raw_required = (
-        env.get(ENV_REQUIRED) if env.get(ENV_REQUIRED) is not None else files.get(ENV_REQUIRED)
-    )
+    raw_required = _pick(None, env, files, ENV_REQUIRED)  # `LANE_REQUIRED=` is unset too
     req = required
     if req is None:
         parsed = parse_bool(raw_required)
@@ -307,6 +310,7 @@ def load_settings(
         config_dir=cdir,
         warnings=tuple(warnings),
         token_problem=problem,
+        read_token=env.get(ENV_READ_TOKEN) or None,
     )
 
 

@@ -53,6 +53,36 @@ class NotHolderError(LaneClientError):
     default_code = "not-holder"
 
 
+class _Hinted(LaneClientError):
+    """An error whose message ends with what this computer's operator can do about it."""
+
+    hint: ClassVar[str] = ""
+
+    def __init__(self, code: str | None = None, status: int = 0, message: str = "") -> None:
+        super().__init__(code, status, f"{message} ({self.hint})" if message else self.hint)
+
+
+class RoleForbiddenError(_Hinted):
+    """The credential's role does not include the call (docs/protocol.md#credentials)."""
+
+    default_code = "role-forbidden"
+    hint = (
+        "this computer's token (LANE_TOKEN, or the one `lane setup` stored) is not a driver "
+        "credential: ask the coordinator's operator for one "
+        "(lane-coordinator token add NAME --role driver --machine ID) and run `lane setup`"
+    )
+
+
+class MachineMismatchError(_Hinted):
+    """The credential is bound to another machine (docs/protocol.md#credentials)."""
+
+    default_code = "machine-mismatch"
+    hint = (
+        "LANE_MACHINE_ID is not the machine this computer's credential is bound to: set "
+        "LANE_MACHINE_ID to that machine, or ask for a credential bound to this one"
+    )
+
+
 class NotFoundError(LaneClientError):
     default_code = "not-found"
 
@@ -143,6 +173,8 @@ BY_CODE: dict[str, type[LaneClientError]] = {
         UnauthorizedError,
         NotOwnerError,
         NotHolderError,
+        RoleForbiddenError,
+        MachineMismatchError,
         NotFoundError,
         TicketNotHeldError,
         ReceiptConflictError,

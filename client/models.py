@@ -9,6 +9,7 @@ from coordinator.protocol.replies import (
     Collision,
     CooldownReply,
     CoordinatorEvidence,
+    EtaError,
     EvidenceReply,
     HeartbeatReply,
     HistoryEntry,
@@ -35,6 +36,7 @@ from coordinator.protocol.replies import (
     StatusReply,
     Ticket,
     TicketState,
+    WhoamiReply,
     Wire,
 )
 
@@ -42,6 +44,7 @@ __all__ = [
     "Collision",
     "CooldownReply",
     "CoordinatorEvidence",
+    "EtaError",
     "EvidenceReply",
     "HeartbeatReply",
     "HistoryEntry",
@@ -68,5 +71,6 @@ __all__ = [
     "StatusReply",
     "Ticket",
     "TicketState",
+    "WhoamiReply",
     "Wire",
 ]

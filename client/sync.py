@@ -211,5 +211,6 @@ class SyncLaneClient(Closing):
     lanes = _Blocking(LaneClient.lanes, shared_only=True)
     incidents = _Blocking(LaneClient.incidents, shared_only=True)
     machines = _Blocking(LaneClient.machines, shared_only=True)
+    whoami = _Blocking(LaneClient.whoami, shared_only=True)
     evidence = _Blocking(LaneClient.evidence, shared_only=True)
     healthz = _Blocking(LaneClient.healthz, shared_only=True)

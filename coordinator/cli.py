@@ -1,4 +1,4 @@
-"""`lane-coordinator serve|check|backup|migrate|import`."""
+"""`lane-coordinator serve|check|backup|migrate|import|token`."""
 
 from __future__ import annotations
 
@@ -20,45 +20,25 @@ from aiohttp import web
 
 from coordinator import __version__
 from coordinator import constants as C
-from coordinator.config import Config, load_config, load_tokens
+from coordinator.cli_args import STORE_ENV
+from coordinator.cli_args import build_parser as build_parser  # re-exported: tests, scripts
+from coordinator.config import Config, load_config
+from coordinator.credentials import Credential, Credentials, load_credentials
 from coordinator.errors import ConfigError
 from coordinator.logs import configure_logging
 from coordinator.protocol.constants import ACTOR_POSTGRES, ACTOR_SQLITE
 from coordinator.protocol.errors import LaneError
 from coordinator.protocol.names import lane_from_file_name
-from coordinator.store.files import copy_lane_file, make_private_dir
+from coordinator.store.files import copy_lane_file, data_dir_refused, make_private_dir
 from coordinator.store.postgres_db import migrate, migrations
 from coordinator.store.postgres_storage import PostgresStorage
 from coordinator.store.sqlite import SqliteLaneStore
 from coordinator.store.storage import SQLITE, postgres_url, sqlite_data_dir, store_label
+from coordinator.token_cli import token_cmd
 
 log = structlog.get_logger("coordinator.cli")
 
 PRIVATE_UMASK = 0o077
-
-
-STORE_ENV = "LANE_COORDINATOR_STORE"
-STORE_HELP = (
-    "where lanes are kept: 'sqlite' (lane files under --data-dir) or "
-    "postgresql://user@host[:port]/db (replicas; password in PGPASSWORD or ~/.pgpass); "
-    f"default: ${STORE_ENV}, else the config's `store`, else sqlite"
-)
-
-
-def _store_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", default=None, metavar="URL", help=STORE_HELP)
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default=C.DEFAULT_HOST)
-    p.add_argument("--port", type=int, default=C.DEFAULT_PORT)
-    p.add_argument(
-        "--data-dir", type=Path, default=None, help="lane files (the sqlite store; required there)"
-    )
-    _store_arg(p)
-    p.add_argument("--config", type=Path, default=None)
-    p.add_argument("--token-file", type=Path, default=None)
-    p.add_argument("--log-level", default="info")
 
 
 def resolve_store(
@@ -70,57 +50,33 @@ def resolve_store(
     return postgres_url(flag or from_env or config.store)
 
 
-def _positive(text: str) -> int:
-    n = int(text)
-    if n < 1:
-        raise argparse.ArgumentTypeError("must be 1 or more")
-    return n
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lane-coordinator")
-    parser.add_argument("--version", action="version", version=f"lane-coordinator {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the coordinator")
-    _common(serve)
-    serve.add_argument(
-        "--workers",
-        type=_positive,
-        default=1,
-        metavar="N",
-        help="PostgreSQL store only: N replica processes sharing --port (SO_REUSEPORT)",
-    )
-    serve.add_argument(
-        "--reuse-port",
-        action="store_true",
-        help="bind with SO_REUSEPORT: other processes may listen on the same port",
-    )
-    _common(sub.add_parser("check", help="dry run: validate config, token and migrations"))
-    b = sub.add_parser("backup", help="consistent online copies of every lane file")
-    b.add_argument("dest", type=Path)
-    b.add_argument("--data-dir", type=Path, required=True)
-    m = sub.add_parser("migrate", help="apply the PostgreSQL migrations (replicas)")
-    _store_arg(m)
-    m.add_argument("--config", type=Path, default=None, help="read `store` from this config")
-    i = sub.add_parser("import", help="copy SQLite lane files into a PostgreSQL store")
-    i.add_argument("--from", dest="source", type=Path, required=True, metavar="DATA_DIR")
-    i.add_argument(
-        "--lane",
-        dest="lanes",
-        action="append",
-        default=None,
-        metavar="LANE",
-        help="import only this lane (repeatable; default: every lane file)",
-    )
-    _store_arg(i)
-    i.add_argument("--config", type=Path, default=None, help="read `store` from this config")
-    return parser
-
-
-def _load(args: argparse.Namespace) -> tuple[Config, list[bytes]]:
+def _load(args: argparse.Namespace) -> tuple[Config, list[Credential]]:
     config = load_config(args.config)
-    tokens = load_tokens(args.token_file)
-    return config, tokens
+    creds = load_credentials(args.token_file)
+    return config, creds
+
+
+def _accepted(creds: list[Credential]) -> str:
+    """What `check` says of the credentials: how many, by role, and the plain ones."""
+    roles = {r: sum(1 for c in creds if c.role == r) for r in ("admin", "driver", "reader")}
+    by_role = ", ".join(f"{n} {r}" for r, n in roles.items() if n)
+    plain = sum(1 for c in creds if c.plain)
+    hint = f"; {plain} plain (store their hash: lane-coordinator token add)" if plain else ""
+    return f"{_count(len(creds), 'credential')} accepted ({by_role}{hint})"
+
+
+def _warn_plain(creds: list[Credential]) -> None:
+    """The older plain-token lines work (as admin) but are stored in the clear: say so."""
+    plain = [c.name for c in creds if c.plain]
+    if plain:
+        log.warning(
+            "auth.plain_tokens",
+            count=len(plain),
+            names=plain,
+            hint="plain tokens are admin credentials stored in the clear: make one credential "
+            "per computer with `lane-coordinator token add NAME --role driver --machine ID "
+            "--token-file PATH` (it stores sha256:<hex> lines), then remove the plain lines",
+        )
 
 
 def _postgres_url(args: argparse.Namespace, what: str) -> str:
@@ -149,8 +105,17 @@ def import_cmd(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _config_counts(config: Config) -> str:
+    """ "2 routes, 1 lane override)" — check's summary of the config it read."""
+    return f"{_count(len(config.routes), 'route')}, {_count(len(config.lanes), 'lane override')})"
+
+
 def check(args: argparse.Namespace) -> int:
-    config, tokens = _load(args)
+    config, creds = _load(args)
     url = resolve_store(args.store, config)
     if url is not None:
         storage = PostgresStorage(url, stall_seconds=config.replica_stall_seconds)
@@ -160,14 +125,17 @@ def check(args: argparse.Namespace) -> int:
         finally:
             storage.stop()
         print(
-            f"ok: config valid ({len(config.routes)} routes, {len(config.lanes)} lane "
-            f"overrides), {len(tokens)} token(s) accepted, database {store_label(url)} at "
-            f"schema version {version}; would listen on {args.host}:{args.port}"
+            f"ok: config valid ({_config_counts(config)}, {_accepted(creds)}, database "
+            f"{store_label(url)} at schema version {version}; would listen on "
+            f"{args.host}:{args.port}"
         )
         return 0
     data_dir = sqlite_data_dir(args.data_dir)
     if data_dir.exists() and not data_dir.is_dir():
         raise ConfigError(f"data dir: {data_dir} is not a directory")
+    refused = data_dir_refused(data_dir)  # `serve` would refuse it (a probe: nothing is kept)
+    if refused is not None:
+        raise ConfigError(refused)
     lanes = []
     if data_dir.is_dir():
         lanes = [
@@ -193,9 +161,9 @@ def check(args: argparse.Namespace) -> int:
                 store.close()
     enforced = sorted(set(config.routes)) + sorted(config.lanes)
     print(
-        f"ok: config valid ({len(config.routes)} routes, {len(config.lanes)} lane overrides), "
-        f"{len(tokens)} token(s) accepted, migrations apply cleanly to {len(targets) - 1} "
-        f"lane file(s) (schema version {version}); enforced: {', '.join(enforced) or 'none'}; "
+        f"ok: config valid ({_config_counts(config)}, {_accepted(creds)}, migrations apply "
+        f"cleanly to {_count(len(targets) - 1, 'lane file')} (schema version {version}); "
+        f"enforced: {', '.join(enforced) or 'none'}; "
         f"would listen on {args.host}:{args.port}"
     )
     return 0
@@ -273,14 +241,15 @@ async def _serve(args: argparse.Namespace) -> int:
     from coordinator.http.app import create_app
     from coordinator.http.server import LaneRunner
 
-    config, tokens = _load(args)
+    config, creds = _load(args)
     url = resolve_store(args.store, config)
     if url is None:
         sqlite_data_dir(args.data_dir)  # ConfigError before anything starts
+    _warn_plain(creds)
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(_loop_exception_handler(args.log_level.lower() == "debug"))
     _raise_open_file_limit(config.max_connections)
-    app = create_app(config, tokens, args.data_dir, store=url or SQLITE)
+    app = create_app(config, Credentials(creds), args.data_dir, store=url or SQLITE)
     runner = LaneRunner(app, config, kind=ACTOR_POSTGRES if url else ACTOR_SQLITE)
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port, reuse_port=args.reuse_port or None)
@@ -352,19 +321,28 @@ def _listen_failure(host: str, port: int, exc: OSError) -> str:
 
 
 def _reload_tokens(token_file: Path | None, app: web.Application) -> None:
-    """SIGHUP: swap in the token file's tokens; on any problem keep the current ones."""
-    from coordinator.http.middleware import TOKENS_KEY
+    """SIGHUP: swap in the token file's credentials; on any problem keep the current ones."""
+    from coordinator.http.middleware import CREDENTIALS_KEY
 
     if token_file is None:
         log.warning("auth.tokens_reload_skipped", reason="no --token-file; restart to change")
         return
+    current = app[CREDENTIALS_KEY]
     try:
-        tokens = load_tokens(token_file)
-    except ConfigError as exc:  # the message names the file and sizes, never a token
-        log.error("auth.tokens_reload_failed", error=str(exc), kept=len(app[TOKENS_KEY]))
+        creds = load_credentials(token_file)
+    except ConfigError as exc:  # the message names the file and lines, never a token
+        log.error("auth.tokens_reload_failed", error=str(exc), kept=len(current))
         return
-    app[TOKENS_KEY][:] = tokens  # the list auth reads on every request
-    log.info("auth.tokens_reloaded", count=len(tokens))
+    before = {c.name for c in current.all}
+    current.replace(creds)  # what auth reads on every request, swapped at once
+    names = {c.name for c in creds}
+    log.info(
+        "auth.tokens_reloaded",
+        count=len(creds),
+        added=sorted(names - before),
+        removed=sorted(before - names),
+    )
+    _warn_plain(creds)
 
 
 def backup(args: argparse.Namespace) -> int:
@@ -384,7 +362,7 @@ def backup(args: argparse.Namespace) -> int:
         copy_lane_file(path, partial)
         os.replace(partial, dest / path.name)
         count += 1
-    print(f"ok: backed up {count} lane file(s) to {dest}")
+    print(f"ok: backed up {_count(count, 'lane file')} to {dest}")
     return 0
 
 
@@ -402,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
             return migrate_cmd(args)
         if args.command == "import":
             return import_cmd(args)
+        if args.command == "token":
+            return token_cmd(args)
         if args.workers > 1:
             return workers(args)
         return asyncio.run(_serve(args))
@@ -411,8 +391,9 @@ def main(argv: list[str] | None = None) -> int:
     except LaneError as exc:
         print(f"lane-coordinator: {exc.message}", file=sys.stderr)
         return 1
-    except OSError as exc:
-        print(f"lane-coordinator: {exc.strerror or exc}", file=sys.stderr)
+    except OSError as exc:  # what failed, and on which file
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"lane-coordinator: {exc.strerror or exc}{where}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

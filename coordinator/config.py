@@ -1,8 +1,7 @@
-"""Server configuration (TOML) and the bearer tokens."""
+"""Server configuration (TOML). The credentials (the token file) are coordinator/credentials.py."""
 
 from __future__ import annotations
 
-import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,13 +12,6 @@ from coordinator.engine.model import LaneSettings
 from coordinator.errors import ConfigError
 from coordinator.protocol import constants as P
 from coordinator.protocol.names import PART_RE, parse_lane
-
-TOKEN_ENV = "LANE_COORDINATOR_TOKEN"
-HOW_TO_MAKE_TOKEN = (
-    "make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))' "
-    f"and pass it in {TOKEN_ENV} or with --token-file PATH (one token per line; "
-    "two lines while rotating)"
-)
 
 # Connection limits (docs/operator.md, "Limits"): how many connections are open at once, and
 # how long a client may take over a request head, over a body, and idle between requests.
@@ -96,6 +88,11 @@ class Config:
         )
 
 
+def shown(x: float) -> str:
+    """A number as a person writes it: 1000000, not 1e+06; 0.5 stays 0.5."""
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
 def _number(
     raw: dict[str, Any], key: str, default: float, lo: float, hi: float, *, integer: bool = False
 ) -> Any:
@@ -110,7 +107,7 @@ def _number(
         kind = "an integer" if integer else "a number"
         raise ConfigError(f"config: {key} must be {kind}")
     if not lo <= v <= hi:
-        raise ConfigError(f"config: {key} must be between {lo:g} and {hi:g}, got {v}")
+        raise ConfigError(f"config: {key} must be between {shown(lo)} and {shown(hi)}, got {v}")
     return v
 
 
@@ -127,7 +124,7 @@ def _in_flight_hold(where: str, table: dict[str, Any]) -> float | None:
     v = table[_HOLD_KEY]
     hi = C.MAX_IN_FLIGHT_HOLD_SECONDS
     if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= hi:
-        raise ConfigError(f"config: {where}.{_HOLD_KEY} must be a number from 0 to {hi:g}")
+        raise ConfigError(f"config: {where}.{_HOLD_KEY} must be a number from 0 to {shown(hi)}")
     return float(v)
 
 
@@ -288,35 +285,3 @@ def load_config(path: Path | None) -> Config:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config: {path} is not valid TOML: {exc}") from exc
     return parse_config(raw)
-
-
-def load_tokens(token_file: Path | None, env: dict[str, str] | None = None) -> list[bytes]:
-    """Accepted bearer tokens: one per line in the file, or whitespace/comma-separated in env.
-
-    Two tokens (current and next) let computers move to a new token one at a time.
-    """
-    env = dict(os.environ) if env is None else env
-    if token_file is not None:
-        try:
-            text = token_file.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(
-                f"token: cannot read --token-file {token_file}: {exc.strerror}; {HOW_TO_MAKE_TOKEN}"
-            ) from exc
-        lines = (ln.strip() for ln in text.splitlines())
-        parts = [ln for ln in lines if ln and not ln.startswith("#")]  # an indented "#" too
-    else:
-        value = env.get(TOKEN_ENV, "")
-        parts = value.replace(",", " ").split()
-    if not parts:
-        raise ConfigError(f"token: no token given; {HOW_TO_MAKE_TOKEN}")
-    tokens = []
-    for p in parts:
-        b = p.encode("utf-8")
-        if len(b) < C.MIN_TOKEN_BYTES:
-            raise ConfigError(
-                f"token: a token is {len(b)} bytes; at least {C.MIN_TOKEN_BYTES} are required; "
-                f"{HOW_TO_MAKE_TOKEN}"
-            )
-        tokens.append(b)
-    return tokens

@@ -127,7 +127,7 @@ class LaneService:
             if self.enforced(lane):
                 raise NotFound(f"ticketId: no ticket {call.ticket_id!r} in lane {lane}")
             now = self.clock.now()
-            return unenforced.lane_reply(lane, None, call.ticket_id, now, self.kind)
+            return unenforced.lane_reply(lane, call, call.ticket_id, now, self.kind)
         deadline = self.clock.now() + wait_seconds
         op = AwaitOp(call)
         parked: list[asyncio.Future[None]] = []

@@ -6,10 +6,13 @@
 # pg_ctl, a free loopback port, passwords in a pgpass file read through PGPASSFILE), runs
 # `lane-coordinator migrate --store URL`, then two `lane-coordinator serve --store URL`
 # replicas on loopback (ports chosen by the OS) with the same token file and the same config
-# (deploy/example-config.toml: route "drill" has capacity 1). `lane drill --role a` talks only
-# to replica 1 and `lane drill --role b` only to replica 2, as two processes with different
-# LANE_MACHINE_IDs and claims: the hand-off, B's parked await woken by A's release, the alarm
-# and the receipts all cross from one replica to the other through the shared database.
+# (deploy/example-config.toml: route "drill" has capacity 1 and in-flight holds on).
+# `lane drill --role a` talks only to replica 1 and `lane drill --role b` only to replica 2, as
+# two processes with different LANE_MACHINE_IDs and claims: the hand-off, B's parked await woken
+# by A's release, the alarm, the receipts and step 7's in-flight hold (A's job keeps the slot
+# on both replicas after its lease ran out; A's provider-terminal receipt through replica 1
+# promotes B's waiter parked on replica 2) all cross from one replica to the other through the
+# shared database.
 # Afterwards the drill lane and its barrier lane must hold no live ticket, and both replicas
 # must answer as `actor-postgres` with the same receipt trail. Exit 0 only when both roles
 # passed every step and cleaned up.

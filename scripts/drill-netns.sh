@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# `make drill-netns` (root, Linux): the acceptance drill over real network links, plus step 7.
+# `make drill-netns` (root, Linux): the acceptance drill over real network links, plus step 8.
 #
 # Three network namespaces joined by veth pairs, one private /24 per link:
 #
 #   A (10.231.1.2) ──── 10.231.1.0/24 ──── (10.231.1.1) coordinator (10.231.2.1) ──── 10.231.2.0/24 ──── (10.231.2.2) B
 #
 # The coordinator listens on 0.0.0.0 INSIDE its namespace only (both of its veth addresses);
-# A and B reach it over their own link. `lane drill --partition` runs the six steps of
-# docs/protocol.md#acceptance-drill and a seventh: B holds a 15 s lease, B's link is cut
+# A and B reach it over their own link. `lane drill --partition` runs the seven steps of
+# docs/protocol.md#acceptance-drill and an eighth: B holds a 15 s lease, B's link is cut
 # (`ip link set ... down` when B prints `ACTION: cut-link-b`), the lease expires and the alarm
 # promotes A; B's link returns (when A prints `ACTION: restore-link-b`), B reads
 # `refreshed: false` three times, parks as lease-lost, and its late release leaves outcome
@@ -176,7 +176,7 @@ echo "netns: summary"
 grep -h '^PASS  step' "$work/a.log" | sed 's/^/[A] /'
 grep -h '^PASS  step' "$work/b.log" | sed 's/^/[B] /'
 if [ "$rc_a" = 0 ] && [ "$rc_b" = 0 ] && [ "$after_ok" = 1 ] && [ "$cut" = 1 ] && [ "$restored" = 1 ]; then
-  say "PASSED: seven steps over veth links (role A exit 0, role B exit 0, link cut and restored, no live tickets left)"
+  say "PASSED: eight steps over veth links (role A exit 0, role B exit 0, link cut and restored, no live tickets left)"
   exit 0
 fi
 say "FAILED (role A exit $rc_a, role B exit $rc_b, link cut $cut restored $restored, lanes clean $after_ok)" >&2

@@ -3,10 +3,12 @@
 # computer.
 #
 # Starts a FRESH coordinator on loopback (port chosen by the OS, temp data dir,
-# deploy/example-config.toml: route "drill" has capacity 1), runs `lane drill --role a` and
-# `lane drill --role b` as two separate processes with different LANE_MACHINE_IDs and claims,
-# waits for both, checks that the drill lane and its barrier lane hold no live tickets, stops
-# the server. Exit 0 only when both roles passed every step and cleaned up.
+# deploy/example-config.toml: route "drill" has capacity 1 and in-flight holds on, which step 7
+# checks — a CONFIG whose drill route has in_flight_hold_seconds = 0 fails it), runs
+# `lane drill --role a` and `lane drill --role b` as two separate processes with different
+# LANE_MACHINE_IDs and claims, waits for both, checks that the drill lane and its barrier lane
+# hold no live tickets, stops the server. Exit 0 only when both roles passed every step and
+# cleaned up.
 #
 # Environment: BIN (venv bin dir, default .venv/bin), CONFIG (default
 # deploy/example-config.toml), DRILL_LANE (default drill:acceptance), DRILL_TIMEOUT (seconds a

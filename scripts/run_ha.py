@@ -4,7 +4,8 @@
    (scripts/local_postgres.py: initdb once, its own port on 127.0.0.1, passwords in DIR/pgpass).
 2. `lane-coordinator migrate --store URL`.
 3. Two replicas: `lane-coordinator serve --store URL` on two loopback ports (default PORT+1 and
-   PORT+2), the same token file DIR/token (0600) and the same config as `make run`.
+   PORT+2), the same token file DIR/credentials (0600: the hash of an admin credential whose
+   token is DIR/token, docs/operator.md#credentials) and the same config as `make run`.
 4. The failover proxy (scripts/ha_proxy.py) on PORT, in front of both.
 
 It prints the replicas' ports, the proxy's URL and the token, then every process's log lines
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import os
 import secrets
 import signal
@@ -155,8 +157,9 @@ class LogTail:
 
 
 def prepare_dir(ha_dir: Path) -> str:
-    """DIR (0700; traversable by the `postgres` user when we are root) and its token file
-    (0600, made once); returns the token."""
+    """DIR (0700; traversable by the `postgres` user when we are root), its token (DIR/token,
+    0600, made once) and the replicas' token file (DIR/credentials, 0600: only the token's
+    hash, as the admin credential `ha-admin`); returns the token."""
     ha_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     if os.geteuid() == 0:  # the server runs as `postgres` and must pass through DIR
         ha_dir.chmod(stat.S_IMODE(ha_dir.stat().st_mode) | stat.S_IXOTH)
@@ -166,7 +169,14 @@ def prepare_dir(ha_dir: Path) -> str:
         with os.fdopen(fd, "w") as out:
             out.write(secrets.token_urlsafe(32) + "\n")
     token_file.chmod(0o600)  # a token file left by an older run may be more open
-    return token_file.read_text().split()[0]
+    token = token_file.read_text().split()[0]
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    creds = ha_dir / "credentials"
+    fd = os.open(creds, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(f"sha256:{digest} name=ha-admin role=admin\n")
+    creds.chmod(0o600)
+    return token
 
 
 def banner(proxy_url: str, replicas: list[Child], dsn: str, ha_dir: Path, token: str) -> str:
@@ -197,7 +207,7 @@ async def run(args: argparse.Namespace) -> int:
     os.umask(0o077)
     ha_dir = Path(args.dir)
     token = prepare_dir(ha_dir)
-    token_file = (ha_dir / "token").absolute()
+    token_file = (ha_dir / "credentials").absolute()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     force = asyncio.Event()

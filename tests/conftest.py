@@ -53,6 +53,7 @@ from tests.harness import (
     refused_port as _refused_port,
 )
 from tests.harness.cleanup import install_signal_handlers
+from tests.harness.credentials import Cred
 from tests.harness.postgres import PostgresCluster
 from tests.harness.watchdog import LoopWatchdog, threshold_from_env
 
@@ -96,9 +97,11 @@ def _start_watchdog(request: pytest.FixtureRequest) -> LoopWatchdog | None:
 async def start_server(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> AsyncIterator[StartServer]:
-    """Factory: `await start_server(clock=, config=|**config_overrides, data_dir=, tokens=)`.
+    """Factory: `await start_server(clock=, config=|**config_overrides, data_dir=, tokens=,
+    credentials=)`.
 
-    Defaults: a TestManualClock, `make_config()`, `tmp_path/data<n>`, the token TOKEN.
+    Defaults: a TestManualClock, `make_config()`, `tmp_path/data<n>`, the token TOKEN (the
+    admin `token-1`); `credentials`: named ones besides (tests.harness.credentials).
     Every server started is stopped at teardown. The test's loop runs under the watchdog
     (see the module docstring) from here to the servers' stop."""
     started: list[Running] = []
@@ -109,6 +112,7 @@ async def start_server(
         config: Config | None = None,
         data_dir: Path | None = None,
         tokens: Sequence[str | bytes] | None = None,
+        credentials: Sequence[Cred] = (),
         **config_overrides: Any,
     ) -> Running:
         with dog.excusing() if dog is not None else contextlib.nullcontext():
@@ -117,6 +121,7 @@ async def start_server(
                 config=config if config is not None else make_config(**config_overrides),
                 clock=clock if clock is not None else TestManualClock(),
                 tokens=tokens,
+                credentials=credentials,
             )
         started.append(srv)
         return srv

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import signal
 import sys
 from collections import deque
 from dataclasses import dataclass, field
@@ -21,6 +20,8 @@ from typing import Any
 
 import msgspec
 from aiohttp import web
+
+from bench.bare_server import run_until_stopped
 
 _ids = itertools.count(1)
 
@@ -103,19 +104,7 @@ def app(capacity: int) -> web.Application:
 
 
 async def serve(port: int, capacity: int) -> None:
-    runner = web.AppRunner(app(capacity), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port)
-    await site.start()
-    real = runner.addresses[0][1] if runner.addresses else port
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    print(f"fifo listening on http://127.0.0.1:{real}", file=sys.stderr, flush=True)
-    await stop.wait()
-    await runner.cleanup()
+    await run_until_stopped(app(capacity), port, "fifo")
 
 
 def main() -> None:

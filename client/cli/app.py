@@ -3,8 +3,9 @@ docs/protocol.md#cli-exit-codes): `main` parses, dispatches and maps errors to e
 
 Data goes to stdout (a readable table, or JSON with --json); messages and progress go to
 stderr. Exit codes: 0 ok, 1 any other failure (including a ticket-level "no"), 2 usage
-error, 3 pre-provider error (fail-closed: nothing may be submitted to the provider); 141,
-quietly, when the reader of stdout went away (`lane history --json | head -1`).
+error, 3 pre-provider error (fail-closed: nothing may be submitted to the provider); 130
+interrupted (Ctrl-C); 141, quietly, when the reader of stdout went away
+(`lane history --json | head -1`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from client.cli.exits import (
 from client.cli.follow import cmd_await, cmd_trace
 from client.cli.parser import build_parser
 from client.cli.render import out, say
-from client.cli.setup import cmd_dashboard, cmd_setup
+from client.cli.setup import cmd_dashboard, cmd_setup, read_token
 from client.config import Settings
 from client.drill import drill_lanes, run_drill, run_self_test, self_test_lane
 from client.errors import BadRequestError, LaneClientError, PreProviderError
@@ -95,6 +96,8 @@ def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.command == "setup":  # before the event loop: Ctrl-C at the prompt ends it now
+            args.token_input = read_token(args.machine_id)
         return asyncio.run(dispatch(args))
     except UsageError as exc:
         sub = getattr(args, "command", None)

@@ -97,15 +97,21 @@ async def cmd_await(args: argparse.Namespace, settings: Settings, lane: str) -> 
     async def run(b: LaneBackend) -> int:
         deadline = None if args.max_wait is None else monotonic() + args.max_wait
         tick = asyncio.create_task(ticker()) if progress.live else None
+        seen: LaneReply | None = None
         try:
             # A short first poll, so the position shows at once; then full long polls.
-            r = await b.await_ticket(lane, args.ticket, _step(1.0, deadline))
+            r = seen = await b.await_ticket(lane, args.ticket, _step(1.0, deadline))
             progress.update(r)
             while r.ticket.state == "queued":
                 if deadline is not None and deadline - monotonic() <= 0:
                     break
-                r = await b.await_ticket(lane, args.ticket, _step(args.wait, deadline))
+                r = seen = await b.await_ticket(lane, args.ticket, _step(args.wait, deadline))
                 progress.update(r)
+        except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels us, then exits 130
+            progress.clear()
+            if seen is not None and seen.ticket.state == "queued":
+                await _give_up(b, lane, args.ticket)
+            raise
         finally:
             if tick is not None:
                 tick.cancel()
@@ -122,6 +128,19 @@ async def cmd_await(args: argparse.Namespace, settings: Settings, lane: str) -> 
         return EXIT_FAIL
 
     return await with_backend(settings, run)
+
+
+async def _give_up(b: LaneBackend, lane: str, ticket: str) -> None:
+    """An interrupted await leaves no ticket queued: the wait is over for whoever asked, so
+    it is released `abandoned` now rather than abandoned by the coordinator minutes later
+    (a grant that raced the Ctrl-C is released too: nobody is left to use it)."""
+    try:
+        rel = await b.release(lane, ticket, "abandoned", None, "lane await interrupted")
+    except LaneClientError as exc:
+        say(f"lane: could not release {ticket}: {exc}")
+        return
+    if rel.released:
+        say(f"lane: released {ticket} (abandoned): it no longer waits in the queue")
 
 
 def _step(wait: float, deadline: float | None) -> float:
@@ -169,6 +188,14 @@ async def cmd_trace(args: argparse.Namespace, settings: Settings, lane: str) -> 
         try:  # from here on the ticket is released whatever happens (a closed stdout too)
             log("acquire", ticket=tid, state=r.ticket.state, granted=r.granted,
                 position=r.ticket.position, claim=claim)  # fmt: skip
+            if r.ticket.state == "queued":
+                waited = await _wait_queued(b, tid)
+                if waited is None:
+                    return code  # stopped while queued
+                if not waited.granted:
+                    say(f"lane: trace ticket {tid} is {waited.ticket.state}; stopping")
+                    return EXIT_FAIL
+                log("granted", ticket=tid, fence=waited.ticket.fence)
             while not stop.is_set():
                 hb = await b.heartbeat(lane, tid, args.lease_seconds)
                 st = await b.status(lane)
@@ -180,20 +207,29 @@ async def cmd_trace(args: argparse.Namespace, settings: Settings, lane: str) -> 
                 log("heartbeat", refreshed=hb.refreshed, reason=hb.reason, state=hb.state,
                     leaseLeft=left, fence=hb.fence, held=held, queued=queued,
                     pause=st.pause.reason_code if st.pause else None)  # fmt: skip
-                if hb.state in ("done", "expired"):
+                if hb.state != "held":
                     say(f"lane: trace ticket {tid} is {hb.state}; stopping")
                     code = EXIT_FAIL
                     break
-                if hb.state == "queued":
-                    # docs/protocol.md#await: waitSeconds is 1-60, whatever the interval
-                    wait = max(1.0, min(args.interval, 60.0))
-                    await _until(stop, b.await_ticket(lane, tid, wait))
-                else:
-                    await _until(stop, asyncio.sleep(args.interval))
+                await _until(stop, asyncio.sleep(args.interval))
         finally:
             rel = await b.release(lane, tid, "not-submitted", None, "lane trace")
             log("release", ticket=tid, released=rel.released, state=rel.state, reason=rel.reason)
         return code
+
+    async def _wait_queued(b: LaneBackend, tid: str) -> LaneReply | None:
+        """While queued: long polls (no heartbeats: a waiter has no lease to refresh), one
+        `queued` line per answer; the reply that ended the wait, or None when stopped."""
+        wait = max(1.0, min(args.interval, 60.0))  # docs/protocol.md#await: 1-60 s
+        while not stop.is_set():
+            w = await _until(stop, b.await_ticket(lane, tid, wait))
+            if w is None:
+                return None
+            if w.ticket.state != "queued":
+                return w
+            log("queued", ticket=tid, position=w.ticket.position, eta=w.ticket.eta_seconds,
+                pause=w.pause.reason_code if w.pause else None)  # fmt: skip
+        return None
 
     return await with_backend(settings, run)
 

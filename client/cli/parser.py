@@ -57,12 +57,15 @@ def _positive(value: str) -> float:
     return v
 
 
-def _common() -> _Parser:
+def _common(
+    route: str = "the route (account from --account or LANE_ACCOUNT)",
+    account: str = "the account (default: LANE_ACCOUNT)",
+) -> _Parser:
     p = _Parser(add_help=False)
     g = p.add_argument_group("lane and output")
     g.add_argument("--lane", help="the lane, route:account")
-    g.add_argument("--route", help="the route (account from --account or LANE_ACCOUNT)")
-    g.add_argument("--account", help="the account (default: LANE_ACCOUNT)")
+    g.add_argument("--route", help=route)
+    g.add_argument("--account", help=account)
     g.add_argument("--json", action="store_true", help="JSON on stdout")
     g.add_argument(
         "--timeout",
@@ -114,7 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("await", parents=c, help="wait until the ticket is held")
     _ticket_arg(p)
     p.add_argument("--wait", type=float, default=30.0, help="long-poll length, 1-60 s")
-    p.add_argument("--max-wait", type=_positive, help="give up after this many seconds")
+    p.add_argument("--max-wait", type=_positive,
+                   help="give up after this many seconds (default: no limit, until the "
+                   "ticket is held or ends)")  # fmt: skip
 
     p = sub.add_parser("heartbeat", parents=c, help="extend a held lease")
     _ticket_arg(p)
@@ -161,7 +166,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=_positive, default=DEFAULT_TRACE_INTERVAL,
                    help="seconds between heartbeats (one log line each)")  # fmt: skip
 
-    p = sub.add_parser("self-test", parents=c, help="engine checks on a dedicated test lane")
+    self_test = _common(
+        route="the test lane's route (default: self-test)",
+        account="the test lane's account (default: LANE_SELF_TEST_ACCOUNT, else self-test; "
+        "main-unlimited and LANE_ACCOUNT's account are refused)",
+    )
+    p = sub.add_parser("self-test", parents=[self_test],
+                       help="engine checks on a dedicated test lane")  # fmt: skip
 
     p = sub.add_parser("drill", help="the two-computer acceptance drill (no provider, no credits)")
     p.add_argument("--role", required=True, choices=["a", "b"], help="this computer's role")
@@ -172,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
                    default=DEFAULT_PARTNER_TIMEOUT,
                    help="seconds to wait for the other role at any step")  # fmt: skip
     p.add_argument("--partition", action="store_true",
-                   help="also step 7: B's network is cut mid-lease (cut and restore it when "
+                   help="also step 8: B's network is cut mid-lease (cut and restore it when "
                    "the ACTION lines say so; scripts/drill-netns.sh does)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="JSON on stdout (progress on stderr)")
     p.add_argument("--claim", help="claim id to send (default: LANE_CLAIM, else a new uuid4)")

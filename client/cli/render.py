@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from client.clock import wall
-from client.models import HistoryReply, LaneReply, Pause, StatusReply, Ticket
+from client.models import EtaError, HistoryReply, LaneReply, Pause, StatusReply, Ticket
 
 _secrets: set[str] = set()  # values never to print (the token), redacted from any message
 
@@ -96,6 +96,16 @@ def ticket_rows(tickets: list[Ticket], now: float) -> list[list[str]]:
     return rows
 
 
+def eta_error_line(e: EtaError | None) -> str:
+    """How far the lane's ETAs were off (docs/protocol.md#eta-error)."""
+    if e is None:
+        return "eta error  no grants yet"
+    return (
+        f"eta error  ±{fmt_secs(e.median_seconds)} median, p90 {fmt_secs(e.p90_seconds)} "
+        f"(last {e.grants} grant{'s' if e.grants != 1 else ''})"
+    )
+
+
 def status_text(r: StatusReply, verbose: bool) -> str:
     lines = [
         f"lane {r.lane}  coordinator {r.coordinator}  enforced {'yes' if r.enforced else 'no'}  "
@@ -104,6 +114,8 @@ def status_text(r: StatusReply, verbose: bool) -> str:
     ]
     if r.pause is not None:
         lines.append(pause_line(r.pause, r.now))
+    if r.enforced:
+        lines.append(eta_error_line(r.eta_error))
     tickets = r.held + r.queued
     if tickets:
         header = ["STATE", "TICKET", "MACHINE·CLAIM", "PROJECT/SCENE", "POS", "ETA", "FENCE"]

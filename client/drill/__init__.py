@@ -1,13 +1,15 @@
 """The acceptance checks a driver computer runs against the shared coordinator
 (docs/protocol.md#acceptance-drill; no provider, no credits): `lane drill --role a|b` (two
-computers, steps 1-7) and `lane self-test` (one computer, the engine checks). Both refuse the same
-lanes — the rules are written once, in refusals.py.
+computers, steps 1-7, and 8 with --partition) and `lane self-test` (one computer, the engine
+checks). Both refuse the same lanes — the rules are written once, in refusals.py.
 
 | module | what |
 |---|---|
 | run.py | `run_drill`: one role, its steps in order, cleanup, summary |
 | role.py | `DrillRole`: a role's client and tickets, preflight, rendezvous, cleanup |
-| steps_1_4.py, steps_5_7.py | the drill's steps, one function each |
+| steps_1_4.py, steps_5_6.py | steps 1-6, one function each |
+| step_7.py | step 7: the in-flight hold (the slot outlives the lease) |
+| partition.py | step 8 (`--partition`): B's network cut mid-lease |
 | barrier.py | the rendezvous through the coordinator (barrier-lane tickets) |
 | common.py | constants, errors, check helpers, `drill_lanes` |
 | refusals.py | production account, LANE_ACCOUNT, unenforced, not-shared: refused |

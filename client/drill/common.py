@@ -23,12 +23,13 @@ DRILL_PROJECT = "lane-drill"
 BARRIER_PROJECT_PREFIX = "lane-drill-"
 DRILL_LEASE_SECONDS = 60.0  # a killed run's drill tickets clear within a minute
 BARRIER_LEASE_SECONDS = 900.0  # "long": barrier tickets live for the whole run
-SHORT_LEASE_SECONDS = 15.0  # step 6 and step 7 (the protocol's minimum lease)
+SHORT_LEASE_SECONDS = 15.0  # steps 6, 7 and 8 (the protocol's minimum lease)
 KEEPALIVE_INTERVAL = 20.0  # heartbeat of barrier (and held drill) tickets
 POLL_INTERVAL = 0.25  # barrier polling
 HISTORY_EVERY = 4  # every Nth poll also reads history (signals already released)
 RACE_LEAD_SECONDS = 1.5  # A announces the race instant this far ahead (coordinator time)
 MAX_PROMOTION_LATENESS = 10.0  # alarm promotion later than this after expiry is a failure
+IN_FLIGHT_WATCH_SECONDS = 5.0  # step 7: B must stay queued this long after A's lease expired
 PARTITION_HEARTBEAT_INTERVAL = 2.0
 PARTITION_CALL_TIMEOUT = 3.0
 LEASE_LOST_AFTER = 3  # refreshed:false answers in a row (docs/protocol.md#driver-rules)
@@ -43,7 +44,8 @@ STEP_TITLES = {
     "4": "A releases its exact ticket → B's request is held",
     "5": "receipt recorded, replayed (idempotent), conflicting content → 409",
     "6": "short lease stops heartbeating → alarm promotes its waiter after expiry",
-    "7": "B's link cut while holding → A promoted; B lease-lost; late release keeps expired",
+    "7": "provider-submitted lease expires → waiter NOT promoted; provider-terminal promotes it",
+    "8": "B's link cut while holding → A promoted; B lease-lost; late release keeps expired",
 }
 
 
@@ -168,6 +170,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_PRE_PROVIDER",
     "HISTORY_EVERY",
+    "IN_FLIGHT_WATCH_SECONDS",
     "KEEPALIVE_INTERVAL",
     "LEASE_LOST_AFTER",
     "MAX_PROMOTION_LATENESS",

@@ -1,7 +1,7 @@
 """`lane drill --role a|b`: the two-computer acceptance drill of docs/protocol.md#acceptance-drill
 (no provider, no credits).
 
-Two processes — normally two computers — run the six steps together on a dedicated test lane
+Two processes — normally two computers — run the seven steps together on a dedicated test lane
 (default `drill:acceptance`; `main-unlimited` and LANE_ACCOUNT's account are refused whatever the
 flags say). They find each other and keep step **through the coordinator itself**: on the
 barrier lane `<route>:<account>-barrier` (same enforced route) each role says "I reached point
@@ -26,15 +26,19 @@ Steps (each printed as a PASS/FAIL line with the ticket ids and timings this rol
    receiptId with other content (409 receipt-conflict); A sees exactly the first one.
 6. A short lease (15 s) stops heartbeating → the alarm promotes B's parked waiter after expiry
    with no other call on the lane.
-7. (`--partition` only) B holds a 15 s lease and heartbeats; B's network is cut, the lease
+7. A acquires a 15 s lease, records `provider-submitted` on it (a simulated job) and stops
+   heartbeating; after the expiry B's waiting request is NOT promoted (the lane keeps the slot
+   for the job still in flight: status `inFlight`); A's `provider-terminal` receipt then
+   promotes it at once. A coordinator with in-flight holds off for the lane fails this step.
+8. (`--partition` only) B holds a 15 s lease and heartbeats; B's network is cut, the lease
    expires and A is promoted by the alarm; B's network returns, B reads `refreshed: false`
    three times, parks as lease-lost, and its late release cannot overwrite `expired`
    (history: outcome expired + lateOutcome lease-lost). The cut and the restore are done by
    whoever runs the drill when the `ACTION:` lines say so (scripts/drill-netns.sh does it).
 
 This module: `DrillRole`, one role's client, tickets, barrier, preflight, rendezvous and
-cleanup. The steps are functions of a role in steps_1_4.py and steps_5_7.py; run.py runs them
-(`run_drill`); barrier.py is the rendezvous.
+cleanup. The steps are functions of a role in steps_1_4.py, steps_5_6.py, step_7.py and
+partition.py (step 8); run.py runs them (`run_drill`); barrier.py is the rendezvous.
 """
 
 from __future__ import annotations
@@ -89,7 +93,7 @@ class DrillRole:
         self.me = role.upper()
         self.timeout = timeout
         self.partition = partition
-        self.steps_total = 7 if partition else 6
+        self.steps_total = 8 if partition else 7
         self.session = session
         self.emit = emit
         self.client = LaneClient(
@@ -248,7 +252,7 @@ class DrillRole:
         expect(
             steps == str(self.steps_total),
             f"role A runs {steps} steps, this role {self.steps_total}: give --partition to both "
-            "roles or to neither",
+            "roles or to neither (and run the same lane version on both computers)",
         )
         expect(
             sig.machine_id != me.machine_id,

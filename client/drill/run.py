@@ -1,5 +1,5 @@
 """Running one role of `lane drill` (`run_drill`): preflight and rendezvous, the steps in
-order (1, 2, 3, 4, 5, 3b, 6, and 7 with --partition), then the cleanup — every ticket the
+order (1, 2, 3, 4, 5, 3b, 6, 7, and 8 with --partition), then the cleanup — every ticket the
 drill made is released, also after a failure, SIGINT or SIGTERM — and a summary (JSON with
 --json). Exit 0 all passed, 1 a failure, 3 pre-provider, 130 interrupted."""
 
@@ -25,10 +25,12 @@ from client.drill.common import (
     PartnerTimeout,
     StepResult,
 )
+from client.drill.partition import step8
 from client.drill.refusals import require_shared_url
 from client.drill.role import DrillRole
+from client.drill.step_7 import step7
 from client.drill.steps_1_4 import step1, step2, step3, step3b, step4
-from client.drill.steps_5_7 import step5, step6, step7
+from client.drill.steps_5_6 import step5, step6
 from client.errors import BadRequestError, LaneClientError, PreProviderError
 
 Step = Callable[[DrillRole], Awaitable[StepResult]]
@@ -40,8 +42,9 @@ STEPS: tuple[tuple[str, Step], ...] = (
     ("5", step5),
     ("3b", step3b),
     ("6", step6),
+    ("7", step7),
 )
-PARTITION_STEP: tuple[str, Step] = ("7", step7)
+PARTITION_STEP: tuple[str, Step] = ("8", step8)
 
 
 async def run_steps(drill: DrillRole) -> None:

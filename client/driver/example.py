@@ -11,6 +11,15 @@ It shows the whole flow of docs/driver-guide.md: acquire (wait for the grant) ->
 provider-terminal receipts) -> release; and a restart after a crash: the live-job record
 (client/driver/journal.py) makes the next run resume (poll) the job instead of submitting again.
 
+`--demo-crash` runs a first driver (a child process) that submits and dies without cleanup on a
+short lease (15 s unless --lease-seconds says otherwise), waits for that lease to run out —
+nobody heartbeats it — and restarts the window here. On the shared coordinator the lane keeps the
+dead run's slot for its job (an in-flight hold, docs/protocol.md#in-flight): the restarted run
+finds the old ticket in the lane's `inFlight`, acquires NOTHING (a new ticket would queue behind
+its own job), polls the job and writes `provider-terminal` on the old ticket, which ends the hold
+and promotes the next waiter; it prints `resumed under the in-flight hold of ticket …`. Without a
+hold (the local queue, or holds off) it acquires a new ticket and resumes the job on it.
+
 Configuration is the client's (docs/protocol.md#client-config): LANE_COORDINATOR_URL, LANE_TOKEN,
 LANE_MACHINE_ID, ... — without LANE_COORDINATOR_URL it runs on the local single-computer queue (no
 receipts). Use a drill lane, never a production account: the simulated provider spends nothing, but
@@ -40,7 +49,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from client.clock import wall
+from client.api import LaneBackend
+from client.clock import monotonic, wall
 from client.config import ENV_CLAIM, connect, load_settings
 from client.driver.errors import LeaseLost, ProviderHumanCheck, WindowBusy
 from client.driver.journal import Journal
@@ -50,6 +60,8 @@ from client.driver.turn import Turn
 from client.errors import LaneClientError, PreProviderError
 
 CRASH_EXIT: Final = 17
+DEMO_LEASE_SECONDS: Final = 15.0  # --demo-crash: the crashed run's lease (the shortest allowed)
+LEASE_SECONDS: Final = 60.0
 CRASH_POINTS: Final = ("before-submit", "during-submit", "after-submit", "during-poll")
 PROVIDER_FILE: Final = "simulated-provider.json"
 
@@ -157,7 +169,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--project", default="example")
     p.add_argument("--scene", default="scene-1")
     p.add_argument("--prompt-hash", default=None, help="default: sha256 of a demo prompt")
-    p.add_argument("--lease-seconds", type=float, default=60.0)
+    p.add_argument("--lease-seconds", type=float, default=None,
+                   help=f"default {LEASE_SECONDS:g}; with --demo-crash the crashing run's lease, "
+                   f"default {DEMO_LEASE_SECONDS:g}")  # fmt: skip
     p.add_argument("--heartbeat-interval", type=float, default=None)
     p.add_argument("--render-seconds", type=float, default=1.0)
     p.add_argument("--fail", action="store_true", help="the simulated job fails")
@@ -166,7 +180,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--demo-crash",
         action="store_true",
-        help="run a child driver that crashes after submit, then resume here",
+        help="run a child driver that crashes after submit, wait for its lease to run out, "
+        "then resume here (under the lane's in-flight hold of its ticket)",
     )
     p.add_argument("--provider-dir", default=None)
     p.add_argument("--max-wait", type=float, default=None, help="give up waiting after S s")
@@ -176,9 +191,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def run_crashing_child(args: argparse.Namespace, provider_dir: Path) -> int:
     """The first run of --demo-crash: another driver process (its own claim) that submits
     and dies before it sees the job end."""
+    lease = demo_lease(args)
     cmd = [sys.executable, "-m", "client.example_driver", "--lane", args.lane,
            "--project", args.project, "--scene", args.scene, "--prompt-hash", args.prompt_hash,
-           "--lease-seconds", str(args.lease_seconds), "--render-seconds",
+           "--lease-seconds", str(lease), "--render-seconds",
            str(args.render_seconds), "--provider-dir", str(provider_dir),
            "--crash-at", "after-submit"]  # fmt: skip
     if args.heartbeat_interval is not None:
@@ -186,8 +202,35 @@ def run_crashing_child(args: argparse.Namespace, provider_dir: Path) -> int:
     env = {k: v for k, v in os.environ.items() if k != ENV_CLAIM}  # a separate driver
     say("demo: starting a first driver that will crash right after its submit")
     code = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, check=False).returncode
-    say(f"demo: the first driver exited with {code}; now this driver restarts the window")
+    say(f"demo: the first driver exited with {code}")
     return code
+
+
+def demo_lease(args: argparse.Namespace) -> float:
+    return DEMO_LEASE_SECONDS if args.lease_seconds is None else float(args.lease_seconds)
+
+
+async def wait_out_the_lease(
+    backend: LaneBackend, lane: str, ticket_id: str | None, lease: float
+) -> None:
+    """--demo-crash: until the crashed run's ticket is no longer held (nobody heartbeats it, so
+    the coordinator's alarm reaps it at its expiry); bounded, then the restart goes on anyway."""
+    if ticket_id is None:
+        return
+    deadline = monotonic() + lease + 30.0
+    told = False
+    while monotonic() < deadline:
+        st = await backend.status(lane)
+        held = next((t for t in st.held if t.ticket_id == ticket_id), None)
+        if held is None:
+            return
+        if not told:
+            left = (held.lease_expires_at or st.now) - st.now
+            say(f"demo: waiting for the crashed run's lease on ticket {ticket_id} to run out "
+                f"(in {left:.0f} s; nobody heartbeats it)")  # fmt: skip
+            told = True
+        await asyncio.sleep(0.25)
+    say(f"demo: ticket {ticket_id} is still held; restarting the window anyway")
 
 
 async def drive(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
@@ -195,6 +238,7 @@ async def drive(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     provider_dir = Path(args.provider_dir or settings.state_dir / "simulated-provider")
     if args.demo_crash and run_crashing_child(args, provider_dir) != CRASH_EXIT:
         return 1, {"error": "the crashing child did not crash as planned"}
+    lease_seconds = LEASE_SECONDS if args.lease_seconds is None else args.lease_seconds
     provider = SimulatedProvider(
         provider_dir,
         render_seconds=args.render_seconds,
@@ -218,12 +262,23 @@ async def drive(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         backend = connect(settings)
         turn = Turn(
             backend, args.lane, args.project, args.scene, args.prompt_hash,
-            lease_seconds=args.lease_seconds, heartbeat_interval=args.heartbeat_interval,
+            lease_seconds=lease_seconds, heartbeat_interval=args.heartbeat_interval,
             journal=journal, on_wait=on_wait, settings=settings, max_wait=args.max_wait,
         )  # fmt: skip
+        if args.demo_crash:
+            crashed = journal.get(turn.window)
+            old = crashed.ticket_id if crashed is not None else None
+            await wait_out_the_lease(backend, args.lane, old, demo_lease(args))
+            say("demo: now this driver restarts the window")
         async with turn:
-            say(f"held ticket {turn.ticket_id} (fence {turn.fence}"
-                f"{', adopted from the crashed run' if turn.adopted else ''})")  # fmt: skip
+            if turn.under_hold:
+                h = turn.hold
+                until = "" if h is None else f", {h.hold_until - h.submitted_at:.0f} s at most"
+                say(f"resumed under the in-flight hold of ticket {turn.ticket_id} (the lane keeps "
+                    f"its slot for the job{until}): no new ticket acquired")  # fmt: skip
+            else:
+                say(f"held ticket {turn.ticket_id} (fence {turn.fence}"
+                    f"{', adopted from the crashed run' if turn.adopted else ''})")  # fmt: skip
             if turn.pending is not None:
                 say(f"the journal has this window in {turn.pending.phase!r} "
                     f"(job {turn.pending.provider_job_id}): no new submit")  # fmt: skip
@@ -250,6 +305,13 @@ async def drive(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
                     crash("after submit, before the job ended")
                 status = await turn.poll(provider.poll)
             say(f"provider job {turn.provider_job_id} ended: {status}")
+            if turn.under_hold:
+                wrote = turn.receipts is not None and any(
+                    w.phase == "provider-terminal" for w in turn.receipts.written
+                )
+                how = "provider-terminal written on" if wrote else "reconciled"
+                say(f"{how} the old ticket {turn.ticket_id}: its in-flight hold ended, the "
+                    "lane's next waiter (if any) is promoted")  # fmt: skip
             if status != "completed":
                 code = 1
     except ProviderHumanCheck:
@@ -276,6 +338,8 @@ async def drive(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
             ticketId=turn.ticket_id,
             fence=turn.fence,
             adopted=turn.adopted,
+            underHold=turn.under_hold,
+            holdUntil=turn.hold.hold_until if turn.hold is not None else None,
             resumed=resumed,
             reconciled=reconciled,
             outcome=rel.outcome if rel is not None else None,

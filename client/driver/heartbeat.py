@@ -48,14 +48,11 @@ class LeaseKeeper(TurnBase):
         while True:
             await asyncio.sleep(delay)
             sent = monotonic()
+            hb: HeartbeatReply | None  # None: the ticket is not found (a refusal)
             try:
-                hb: HeartbeatReply = await self._ops.heartbeat(
-                    self.lane, self.ticket_id, self.lease_seconds
-                )
+                hb = await self._ops.heartbeat(self.lane, self.ticket_id, self.lease_seconds)
             except NotFoundError:
-                hb = HeartbeatReply(
-                    coordinator="", refreshed=False, state="done", reason="not-found"
-                )
+                hb = None
             except Exception as exc:  # network, 5xx, malformed, fail-closed: not a refusal
                 self.heartbeat_errors += 1
                 if monotonic() >= self._confirmed_until:
@@ -71,7 +68,7 @@ class LeaseKeeper(TurnBase):
                 delay = self.heartbeat_interval
                 continue
             self.heartbeats_sent += 1
-            if hb.refreshed:
+            if hb is not None and hb.refreshed:
                 self.refusals = 0
                 self._confirmed_until = sent + self.lease_seconds
                 self.lease_expires_at = hb.lease_expires_at
@@ -79,15 +76,16 @@ class LeaseKeeper(TurnBase):
                     self.fence = hb.fence
                 delay = self.heartbeat_interval
                 continue
+            reason = "not-found" if hb is None else hb.reason
             self.refusals += 1
             log.warning(
                 "heartbeat for %s refused (%s), %d in a row",
                 self.ticket_id,
-                hb.reason,
+                reason,
                 self.refusals,
             )
             if self.refusals >= REFUSALS_TO_LOSE:
-                self._lose(hb.reason or "refused")
+                self._lose(reason or "refused")
                 return
             delay = self.refusal_retry_seconds
 

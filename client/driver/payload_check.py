@@ -179,12 +179,16 @@ def _walk(
             raise ValueError(f"{where}: refused, {problem}")
     elif isinstance(value, bool) or value is None:
         return
-    elif isinstance(value, int):
-        if abs(value) > 2**53 - 1:
-            raise ValueError(f"{where}: integers must be within ±2^53-1 (RFC 8785)")
-    elif isinstance(value, float):
-        if not math.isfinite(value):
+    elif isinstance(value, int | float):
+        # The coordinator reads every number as a double (RFC 8785), so an integral value
+        # beyond ±(2^53−1) may not be the number meant, however it is written (10**21, 1e21).
+        if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"{where}: numbers must be finite")
+        if abs(value) > 2**53 - 1:
+            raise ValueError(
+                f"{where}: a whole number beyond ±(2^53-1) is not exact as a double "
+                "(RFC 8785); send it as a string"
+            )
     else:
         raise ValueError(f"{where}: {type(value).__name__} is not a JSON value")
 

@@ -1,9 +1,12 @@
 """What a lane actor says about a durable group: its metrics and its log lines.
 
 One `lane.ticket` line per ticket the group changed (its last write: lane, ticket, machine,
-claim, state, fence, outcome), and one line per pause, receipt and incident. Logged after the
-COMMIT, so a line never tells of a change that is not durable; a group's lines reach stderr
-in one write (`coordinator.logs.batched`), and nothing is built below the `info` level."""
+claim, state, fence, outcome, and `credential`: the name of the credential of the latest call
+that wrote it, null when only the lane's own rules did: a grant, a reap), and one line per
+pause, receipt and incident, each with the credential its row records
+(docs/protocol.md#credentials). Logged after the COMMIT, so a line never tells of a change
+that is not durable; a group's lines reach stderr in one write (`coordinator.logs.batched`),
+and nothing is built below the `info` level."""
 
 from __future__ import annotations
 
@@ -63,6 +66,11 @@ def log_group(lane: str, fx: Effects) -> None:
 def _lines(lane: str, fx: Effects) -> None:
     changes = fx.changes
     last_put = {ch.ticket.ticket_id: i for i, ch in enumerate(changes) if type(ch) is PutTicket}
+    # the credential of the latest call that wrote the ticket in the group (an acquire's
+    # ticket is granted in the same step: the grant's own write has none)
+    by = {
+        ch.ticket.ticket_id: ch.by for ch in changes if type(ch) is PutTicket and ch.by is not None
+    }
     for i, ch in enumerate(changes):
         if type(ch) is PutTicket:
             if last_put[ch.ticket.ticket_id] != i:
@@ -77,9 +85,16 @@ def _lines(lane: str, fx: Effects) -> None:
                 state=t.state.value,
                 fence=t.fence,
                 outcome=t.outcome,
+                credential=by.get(t.ticket_id),
             )
         elif isinstance(ch, PutPause):
-            log.info("lane.pause", lane=lane, until=ch.pause.until if ch.pause else None)
+            p = ch.pause
+            log.info(
+                "lane.pause",
+                lane=lane,
+                until=p.until if p else None,
+                credential=p.credential if p else None,
+            )
         elif isinstance(ch, PutReceipt):
             r = ch.receipt
             log.info(
@@ -89,6 +104,7 @@ def _lines(lane: str, fx: Effects) -> None:
                 machine=r.machine_id,
                 phase=r.phase,
                 verified=r.content_hash_verified,
+                credential=r.credential,
             )
         elif isinstance(ch, PutIncident):
             inc = ch.incident
@@ -98,4 +114,5 @@ def _lines(lane: str, fx: Effects) -> None:
                 kind=inc.kind,
                 ticket=inc.ticket_id,
                 machine=inc.machine_id,
+                credential=inc.credential,
             )

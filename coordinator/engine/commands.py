@@ -1,4 +1,7 @@
-"""Commands the lane core accepts, already validated by the caller's schema layer."""
+"""Commands the lane core accepts, already validated by the caller's schema layer.
+
+`credential`: the name of the credential the call presented (docs/protocol.md#credentials),
+recorded with what the call writes; None where there is none (the client's local queue)."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ class Acquire:
     prompt_hash: str
     lease_seconds: float | None
     new_ticket_id: str  # minted by the caller; used only when a new ticket is created
+    credential: str | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -23,6 +27,7 @@ class TicketCall:
     machine_id: str
     claim_id: str | None
     ticket_id: str
+    credential: str | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -56,6 +61,7 @@ class RecordReceipt:
     payload_json: str  # canonical JSON (RFC 8785) of the payload
     content_hash: str  # as sent
     computed_hash: str  # sha256:<hex> over payload_json
+    credential: str | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -66,3 +72,4 @@ class Reconcile:
     outcome: str  # completed, failed, not-found
     provider_job_id: str | None
     note: str | None
+    admin: bool = False  # an admin credential: any machine's ticket (the owner rule waived)

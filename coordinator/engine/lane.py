@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from coordinator.engine import commands
 from coordinator.engine.lane_slots import LaneSlots
 from coordinator.engine.model import (
@@ -103,7 +105,7 @@ class LaneCore(LaneSlots):
         t.state = TicketState.EXPIRED
         t.outcome = Outcome.EXPIRED.value
         t.ended_at = expiry
-        self.holds.append(max(0.0, expiry - t.held_at))
+        self.hold_samples.add(t.project, max(0.0, expiry - t.held_at))
         fx.changes.append(PutTicket(t))
         fx.woken.add(t.ticket_id)
         self._count_history(fx)
@@ -112,21 +114,23 @@ class LaneCore(LaneSlots):
         )
         self._leave_in_flight(t, expiry, fx)
 
-    def _end(self, t: Ticket, outcome: str | None, at: float, fx: Effects) -> None:
+    def _end(
+        self, t: Ticket, outcome: str | None, at: float, fx: Effects, by: str | None = None
+    ) -> None:
         was_held = t.state is TicketState.HELD
         self._unindex(t)
         t.state = TicketState.DONE
         t.outcome = outcome
         t.ended_at = at
         if was_held and t.held_at is not None:
-            self.holds.append(max(0.0, at - t.held_at))
-        fx.changes.append(PutTicket(t))
+            self.hold_samples.add(t.project, max(0.0, at - t.held_at))
+        fx.changes.append(PutTicket(t, by))
         fx.woken.add(t.ticket_id)
         if not was_held:
             fx.dequeued.append(t.seq)
         self._count_history(fx)
         if was_held and outcome in IN_FLIGHT_OUTCOMES:
-            self._leave_in_flight(t, at, fx)
+            self._leave_in_flight(t, at, fx, by)
 
     def _count_history(self, fx: Effects) -> None:
         self.history_count += 1
@@ -187,6 +191,7 @@ class LaneCore(LaneSlots):
                     t.ticket_id,
                     cmd.machine_id,
                     collision,
+                    cmd.credential,
                 )
             return self.lane_reply(t, now, caller_owns=owns, duplicate=True), fx
 
@@ -204,13 +209,19 @@ class LaneCore(LaneSlots):
             enqueued_at=now,
             lease_seconds=lease,
             last_seen_at=now,
+            credential=cmd.credential,
         )
         self.next_seq += 1
         self._index(t)
-        fx.changes.append(PutTicket(t))
+        fx.changes.append(PutTicket(t, cmd.credential))
         fx.changes.append(PutCounters(self.last_fence, self.next_seq))
         self._promote(now, fx)
-        return self.lane_reply(t, now, caller_owns=True, duplicate=False), fx
+        reply = self.lane_reply(t, now, caller_owns=True, duplicate=False)
+        # the ETA this ticket was first given, written with its row (docs/protocol.md#eta-error)
+        t.eta_first_seconds = reply.ticket.eta_seconds
+        if t.state is TicketState.HELD:  # granted at once: a grant with 0 given, 0 waited
+            self._count_eta_error(t)
+        return reply, fx
 
     def await_(
         self, call: commands.TicketCall, now: float, ended: Ticket | None
@@ -228,7 +239,7 @@ class LaneCore(LaneSlots):
     ) -> tuple[wire.HeartbeatReply, Effects]:
         call = cmd.call
         fx, t = self._begin(call.machine_id, call.ticket_id, now, ended)
-        reason: str | None = None
+        reason: wire.HeartbeatReason | None = None
         if not is_owner(t, call.machine_id, call.claim_id):
             reason = "not-owner"
         elif t.state is TicketState.HELD:
@@ -239,12 +250,12 @@ class LaneCore(LaneSlots):
                 t.lease_seconds = cmd.lease_seconds
             t.heartbeat_at = now
             self.leases.add((t.lease_expires_at, t.ticket_id))
-            fx.changes.append(PutTicket(t))
+            fx.changes.append(PutTicket(t, call.credential))
         elif t.state is TicketState.QUEUED:
             self._keepalive(t, now)
             reason = "not-held"
         else:
-            reason = t.state.value  # "expired" or "done"
+            reason = "expired" if t.state is TicketState.EXPIRED else "done"
         mine = reason != "not-owner"
         return wire.HeartbeatReply(
             coordinator=self.coordinator,
@@ -261,18 +272,21 @@ class LaneCore(LaneSlots):
         call = cmd.call
         fx, t = self._begin(call.machine_id, call.ticket_id, now, ended)
         promoted_before = len(fx.promoted)
-        released, reason = False, None
+        released = False
+        reason: wire.ReleaseReason | None = None
         owner = is_owner(t, call.machine_id, call.claim_id)
         if owner and t.holds_in_flight and cmd.outcome in IN_FLIGHT_TERMINAL_OUTCOMES:
             # a late release that says the job ended reconciles its in-flight job (the
             # contract's values; `lateOutcome` keeps that it came as a release)
             how = f"reconciled:{cmd.outcome}"
-            self._end_in_flight(t, how, now, call.machine_id, IncidentKind.IN_FLIGHT_ENDED, fx)
+            kind = IncidentKind.IN_FLIGHT_ENDED
+            self._end_in_flight(t, how, now, call.machine_id, kind, fx, call.credential)
             self._promote(now, fx)
         if not owner:
             reason = "not-owner"
         elif t.state in (TicketState.HELD, TicketState.QUEUED):
-            self._end(t, cmd.outcome, now, fx)
+            t.released_by = call.credential
+            self._end(t, cmd.outcome, now, fx, call.credential)
             t.provider_job_id = cmd.provider_job_id
             t.note = cmd.note
             released = True
@@ -280,9 +294,10 @@ class LaneCore(LaneSlots):
         elif t.state is TicketState.EXPIRED:
             t.state = TicketState.DONE
             t.late_outcome = cmd.outcome
+            t.released_by = call.credential
             t.provider_job_id = t.provider_job_id or cmd.provider_job_id
             t.note = t.note or cmd.note
-            fx.changes.append(PutTicket(t))
+            fx.changes.append(PutTicket(t, call.credential))
             self._incident(
                 fx,
                 IncidentKind.LATE_RELEASE,
@@ -290,6 +305,7 @@ class LaneCore(LaneSlots):
                 t.ticket_id,
                 call.machine_id,
                 {"lateOutcome": cmd.outcome, "fence": t.fence},
+                call.credential,
             )
             reason = "expired"
         else:
@@ -298,7 +314,7 @@ class LaneCore(LaneSlots):
             coordinator=self.coordinator,
             released=released,
             state=t.state.value,
-            outcome=t.outcome,
+            outcome=cast("wire.Outcome | None", t.outcome),
             promoted=fx.promoted[promoted_before:],
             reason=reason,
         ), fx
@@ -315,7 +331,7 @@ class LaneCore(LaneSlots):
                 f"ticketId: {call.ticket_id} is {t.state.value}; only a held ticket may pause"
             )
         until = now + cmd.retry_after_seconds
-        reporter = (call.machine_id, call.claim_id, t.ticket_id)
+        reporter = (call.machine_id, call.claim_id, t.ticket_id, call.credential)
         previous = self.pause if self.paused(now) else None
         extended = False
         if previous is None:
@@ -331,6 +347,7 @@ class LaneCore(LaneSlots):
                     "until": until,
                     "retryAfterSeconds": cmd.retry_after_seconds,
                 },
+                call.credential,
             )
         elif until > previous.until:
             # The pause began when it began: an extension keeps startedAt, takes the new
@@ -351,6 +368,7 @@ class LaneCore(LaneSlots):
                     "startedAt": previous.started_at,
                     "retryAfterSeconds": cmd.retry_after_seconds,
                 },
+                call.credential,
             )
         assert self.pause is not None
         reply = wire.CooldownReply(
@@ -398,9 +416,10 @@ class LaneCore(LaneSlots):
             content_hash=cmd.content_hash,
             content_hash_verified=verified,
             created_at=now,
+            credential=cmd.credential,
         )
         fx.changes.append(PutReceipt(rec))
-        self._receipt_phase(t, cmd.phase, now, fx)
+        self._receipt_phase(t, cmd.phase, now, fx, cmd.credential)
         if not verified:
             self._incident(
                 fx,
@@ -414,6 +433,7 @@ class LaneCore(LaneSlots):
                     "sentHash": cmd.content_hash,
                     "computedHash": cmd.computed_hash,
                 },
+                cmd.credential,
             )
         stored = wire.ReceiptReply(
             coordinator=self.coordinator, stored=True, replay=False, content_hash_verified=verified
@@ -424,10 +444,11 @@ class LaneCore(LaneSlots):
         self, cmd: commands.Reconcile, now: float, ended: Ticket | None
     ) -> tuple[wire.ReconcileReply, Effects]:
         """End an ended ticket's in-flight job by hand (docs/protocol.md#reconcile): its
-        owner says how the provider job ended; the next waiters are promoted."""
+        owner (or an admin credential, for any machine's ticket) says how the provider job
+        ended; the next waiters are promoted."""
         call = cmd.call
         fx, t = self._begin(call.machine_id, call.ticket_id, now, ended)
-        if not is_owner(t, call.machine_id, call.claim_id):
+        if not cmd.admin and not is_owner(t, call.machine_id, call.claim_id):
             raise NotOwner(f"ticketId: {call.ticket_id} is owned by another driver")
         if not t.holds_in_flight:
             raise NotInFlight(
@@ -437,7 +458,8 @@ class LaneCore(LaneSlots):
         t.provider_job_id = t.provider_job_id or cmd.provider_job_id
         t.note = t.note or cmd.note
         how = f"reconciled:{cmd.outcome}"
-        self._end_in_flight(t, how, now, call.machine_id, IncidentKind.IN_FLIGHT_ENDED, fx)
+        kind = IncidentKind.IN_FLIGHT_ENDED
+        self._end_in_flight(t, how, now, call.machine_id, kind, fx, call.credential)
         self._promote(now, fx)
         return wire.ReconcileReply(
             coordinator=self.coordinator, reconciled=True, promoted=fx.promoted[before:]

@@ -3,11 +3,11 @@ a queued ticket's position and ETA (docs/protocol.md#fairness). `LaneCore` build
 
 from __future__ import annotations
 
-from collections import deque
-
 from sortedcontainers import SortedList
 
-from coordinator.constants import ETA_HOLD_SAMPLE_SIZE, EVIDENCE_RECENT_SECONDS, SEEN_WRITE_SECONDS
+from coordinator.constants import ETA_SIMULATED_TICKETS, EVIDENCE_RECENT_SECONDS, SEEN_WRITE_SECONDS
+from coordinator.engine.eta_error import EtaErrors, grant_error
+from coordinator.engine.eta_estimate import HoldSamples, free_times, wait_at, waits
 from coordinator.engine.model import (
     Effects,
     LaneSettings,
@@ -42,7 +42,8 @@ class LaneQueue:
         self.next_seq = snapshot.next_seq
         self.served: dict[str, int] = dict(snapshot.project_served)
         self.pause: Pause | None = snapshot.pause
-        self.holds: deque[float] = deque(snapshot.recent_holds, maxlen=ETA_HOLD_SAMPLE_SIZE)
+        self.hold_samples = HoldSamples(snapshot.recent_holds, settings.default_hold_seconds)
+        self.eta_errors = EtaErrors(snapshot.recent_eta_errors)
         self.history_count = snapshot.history_count
         self.incident_count = snapshot.incident_count
         self.last_collision = snapshot.last_collision
@@ -100,6 +101,12 @@ class LaneQueue:
         if self.in_flight.pop(t.ticket_id, None) is not None:
             assert t.in_flight_until is not None
             self.hold_ends.discard((t.in_flight_until, t.ticket_id))
+
+    def _count_eta_error(self, t: Ticket) -> None:
+        """A grant: its ETA error joins the lane's window (a ticket with no recorded first
+        ETA, stored before the record existed, has none)."""
+        if t.eta_first_seconds is not None and t.held_at is not None:
+            self.eta_errors.add(grant_error(t.eta_first_seconds, t.enqueued_at, t.held_at))
 
     def slots_taken(self) -> int:
         """Held tickets and in-flight jobs: what capacity counts."""
@@ -213,9 +220,8 @@ class LaneQueue:
         return len(self.live) - len(self.held)
 
     def hold_estimate(self) -> float:
-        if not self.holds:
-            return self.settings.default_hold_seconds
-        return sum(self.holds) / len(self.holds)
+        """The lane's hold: the mean of its last measured holds, else the default."""
+        return self.hold_samples.lane()
 
     def position(self, t: Ticket) -> int:
         """1-based place in the simulated round-robin order (docs/protocol.md#fairness); 0 when not
@@ -251,43 +257,58 @@ class LaneQueue:
             rnd += 1
         return out
 
+    def _projects_ahead(self, limit: int) -> list[str]:
+        """The projects of the first `limit` queued tickets in promotion order (what
+        `promotion_order` lists, without building it: round r takes each project that still
+        has an r-th ticket, in the order's project order)."""
+        if limit <= len(self.order):  # within the first round: every project once, in order
+            return [key[2] for key in self.order.islice(0, limit)]
+        counts = [(key[2], len(self.queues[key[2]])) for key in self.order]
+        out: list[str] = []
+        rnd = 0
+        while counts and len(out) < limit:
+            out.extend(p for p, _ in counts[: limit - len(out)])
+            rnd += 1
+            counts = [(p, n) for p, n in counts if n > rnd]
+        return out
+
     def _slot_free_times(self, now: float) -> list[float]:
-        h = self.hold_estimate()
-        cap = max(self.settings.capacity, 1)
-        remaining = [
-            max(0.0, h - (now - (now if t.held_at is None else t.held_at)))
+        """Each slot's seconds until it is free (eta_estimate.free_times): a held ticket's
+        after its project's hold less the time it has held; an in-flight job's at its
+        holdUntil — its driver is gone, only a receipt, a reconcile or the alarm is known to
+        end it (docs/decisions.md)."""
+        hold = self.hold_samples.project
+        taken = [
+            max(0.0, hold(t.project) - (now - (now if t.held_at is None else t.held_at)))
             for t in self.held.values()
         ]
-        # An in-flight job's driver is gone: only a receipt, a reconcile or its holdUntil
-        # is known to end it, so its slot frees at holdUntil (docs/decisions.md).
-        remaining.extend(
+        taken.extend(
             max(0.0, t.in_flight_until - now)
             for t in self.in_flight.values()
             if t.in_flight_until is not None
         )
-        remaining.sort()
-        extra = max(0, len(remaining) - cap)
-        padded = [0.0] * max(0, cap - len(remaining)) + remaining
-        return padded[extra:] if extra else padded
+        return free_times(taken, self.settings.capacity)
 
-    def eta(self, position: int, now: float, free: list[float] | None = None) -> float:
-        """ETA formula (docs/protocol.md): pause left + the p-th slot's free time + waves × hold.
+    def _pause_left(self, now: float) -> float:
+        return max(0.0, self.pause.until - now) if self.paused(now) and self.pause else 0.0
 
-        slot = (p-1) mod capacity, wave = (p-1) div capacity; a held slot frees after
-        max(0, hold - held_for); hold = mean of the last 20 measured holds (or the default);
-        an in-flight job's slot frees at its holdUntil (holdUntil - now); a wave never starts
-        before the previous wave's last slot frees, so the ETA never decreases with position.
-        """
+    def eta(self, position: int, now: float) -> float:
+        """The ETA of the queued ticket at `position` (docs/protocol.md#fairness): the pause
+        left + when its turn comes, each ticket ahead of it taking the slot that frees first
+        for its project's hold (the first ETA_SIMULATED_TICKETS; any further ones the lane's
+        hold)."""
         if position <= 0:
             return 0.0
-        if free is None:
-            free = self._slot_free_times(now)
-        cap = max(self.settings.capacity, 1)
-        pause_left = max(0.0, self.pause.until - now) if self.paused(now) and self.pause else 0.0
-        slot = min((position - 1) % cap, len(free) - 1)
-        wave = (position - 1) // cap
-        hold = self.hold_estimate()
-        wait = free[slot] + wave * hold
-        if wave:  # never before the previous wave's last slot (an in-flight job's may be late)
-            wait = max(wait, free[-1] + (wave - 1) * hold)
-        return round(pause_left + wait, 3)
+        hold = self.hold_samples.project
+        ahead = [hold(p) for p in self._projects_ahead(min(position - 1, ETA_SIMULATED_TICKETS))]
+        wait = wait_at(self._slot_free_times(now), ahead, position, self.hold_samples.lane())
+        return round(self._pause_left(now) + wait, 3)
+
+    def etas(self, queued: list[Ticket], now: float) -> list[float]:
+        """`eta` of each of the first queued tickets, in promotion order, in one pass."""
+        hold = self.hold_samples.project
+        holds = [hold(t.project) for t in queued[:ETA_SIMULATED_TICKETS]]
+        free = self._slot_free_times(now)
+        pause_left = self._pause_left(now)
+        at = waits(free, holds, len(queued), self.hold_samples.lane())
+        return [round(pause_left + wait, 3) for wait in at]

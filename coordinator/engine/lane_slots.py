@@ -50,6 +50,9 @@ class LaneSlots(LaneViews):
         fx.woken.add(t.ticket_id)
         fx.promoted.append(t.ticket_id)
         fx.dequeued.append(t.seq)
+        # its ETA error (a ticket granted by the acquire that makes it has no first ETA yet:
+        # that acquire counts it, engine/lane.py)
+        self._count_eta_error(t)
 
     def _incident(
         self,
@@ -59,15 +62,18 @@ class LaneSlots(LaneViews):
         ticket_id: str | None,
         machine_id: str | None,
         detail: dict[str, Any],
+        by: str | None = None,
     ) -> None:
-        fx.changes.append(PutIncident(Incident(kind.value, at, ticket_id, machine_id, detail)))
+        """`by`: the credential whose call caused it (None: the lane's clock)."""
+        incident = Incident(kind.value, at, ticket_id, machine_id, detail, by)
+        fx.changes.append(PutIncident(incident))
         self.incident_count += 1
         keep = self.settings.incidents_retained
         if self.incident_count > keep:
             fx.changes.append(PruneIncidents(keep, self.incident_count - keep))
             self.incident_count = keep
 
-    def _leave_in_flight(self, t: Ticket, at: float, fx: Effects) -> None:
+    def _leave_in_flight(self, t: Ticket, at: float, fx: Effects, by: str | None = None) -> None:
         """A held ticket ended at `at` (expired, or released lease-lost / timeout): while it
         has a provider-submitted receipt and no provider-terminal one, its job may still run
         on the account, so it keeps a slot until submittedAt + in_flight_hold_seconds
@@ -81,7 +87,7 @@ class LaneSlots(LaneViews):
         t.in_flight_until = until
         t.in_flight_ended = None
         self._hold(t)
-        fx.changes.append(PutTicket(t))
+        fx.changes.append(PutTicket(t, by))
         self._incident(
             fx,
             IncidentKind.IN_FLIGHT_HELD,
@@ -94,6 +100,7 @@ class LaneSlots(LaneViews):
                 "submittedAt": t.submitted_at,
                 "holdUntil": until,
             },
+            by,
         )
 
     def _end_in_flight(
@@ -104,13 +111,14 @@ class LaneSlots(LaneViews):
         machine_id: str | None,
         kind: IncidentKind,
         fx: Effects,
+        by: str | None = None,
     ) -> None:
         """The ticket's in-flight job ends (`how`: receipt, reconciled:<outcome>, expired);
         its slot is free (the caller promotes)."""
         assert t.in_flight_until is not None
         self._unhold(t)
         t.in_flight_ended = how
-        fx.changes.append(PutTicket(t))
+        fx.changes.append(PutTicket(t, by))
         fx.woken.add(t.ticket_id)
         self._incident(
             fx,
@@ -119,15 +127,18 @@ class LaneSlots(LaneViews):
             t.ticket_id,
             machine_id if machine_id is not None else t.machine_id,
             {"fence": t.fence, "ended": how, "holdUntil": t.in_flight_until},
+            by,
         )
 
-    def _receipt_phase(self, t: Ticket, phase: str, now: float, fx: Effects) -> None:
+    def _receipt_phase(
+        self, t: Ticket, phase: str, now: float, fx: Effects, by: str | None = None
+    ) -> None:
         """What the in-flight rule keeps of a new receipt: on a held ticket, when its job was
         submitted (the latest submit) and whether it ended; on an ended ticket whose job holds
         a slot, provider-terminal ends that hold (docs/protocol.md#in-flight)."""
         if phase == ReceiptPhase.PROVIDER_TERMINAL.value and t.holds_in_flight:
             t.terminal_at = now
-            self._end_in_flight(t, "receipt", now, None, IncidentKind.IN_FLIGHT_ENDED, fx)
+            self._end_in_flight(t, "receipt", now, None, IncidentKind.IN_FLIGHT_ENDED, fx, by)
             self._promote(now, fx)
         elif t.ticket_id in self.live:
             if phase == ReceiptPhase.PROVIDER_SUBMITTED.value:
@@ -136,7 +147,7 @@ class LaneSlots(LaneViews):
                 t.terminal_at = now
             else:
                 return
-            fx.changes.append(PutTicket(t))
+            fx.changes.append(PutTicket(t, by))
 
     @staticmethod
     def _hold_state(t: Ticket) -> str:

@@ -16,13 +16,13 @@ class LaneViews(LaneQueue):
         t: Ticket,
         now: float,
         position: int | None = None,
-        free: list[float] | None = None,
+        eta_seconds: float | None = None,
     ) -> wire.Ticket:
         pos: int | None
         eta: float | None
         if t.state is TicketState.QUEUED:
             pos = self.position(t) if position is None else position
-            eta = self.eta(pos, now, free)
+            eta = self.eta(pos, now) if eta_seconds is None else eta_seconds
         elif t.state is TicketState.HELD:
             pos, eta = 0, 0.0
         else:
@@ -43,6 +43,7 @@ class LaneViews(LaneQueue):
             lease_expires_at=t.lease_expires_at if t.state is TicketState.HELD else None,
             heartbeat_at=t.heartbeat_at,
             fence=t.fence,
+            credential=t.credential,
         )
 
     def pause_view(self, now: float) -> wire.Pause | None:
@@ -63,20 +64,21 @@ class LaneViews(LaneQueue):
         )
 
     def status(self, now: float, queued_limit: int) -> wire.StatusReply:
-        free = self._slot_free_times(now)
         held = sorted(self.held.values(), key=lambda t: t.fence or 0)
         queued = self.promotion_order(queued_limit)
+        etas = self.etas(queued, now)
         return wire.StatusReply(
             coordinator=self.coordinator,
             lane=self.lane,
             enforced=True,
             capacity=self.settings.capacity,
-            held=[self.ticket_view(t, now, 0, free) for t in held],
-            queued=[self.ticket_view(t, now, i + 1, free) for i, t in enumerate(queued)],
+            held=[self.ticket_view(t, now, 0) for t in held],
+            queued=[self.ticket_view(t, now, i + 1, etas[i]) for i, t in enumerate(queued)],
             queued_total=self.queued_count(),
             pause=self.pause_view(now),
             now=now,
             in_flight=[self.in_flight_view(t) for t in self.in_flight_jobs()],
+            eta_error=self.eta_errors.summary(),
         )
 
     def in_flight_jobs(self) -> list[Ticket]:
@@ -97,6 +99,7 @@ class LaneViews(LaneQueue):
             submitted_at=t.submitted_at,
             since=t.ended_at,
             hold_until=t.in_flight_until,
+            credential=t.credential,
         )
 
     def summary(self, now: float) -> wire.LaneSummary:

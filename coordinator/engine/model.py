@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
+from coordinator.protocol.replies import CooldownReason
 from coordinator.protocol.replies import Pause as WirePause
 
 
@@ -103,6 +104,14 @@ class Ticket:
     # release — or "expired").
     in_flight_until: float | None = None
     in_flight_ended: str | None = None
+    # The etaSeconds the acquire that created the ticket answered (0 when granted at once;
+    # None for a ticket stored before it was recorded): its grant's ETA error
+    # (docs/protocol.md#eta-error) is measured against it.
+    eta_first_seconds: float | None = None
+    # docs/protocol.md#credentials: the name of the credential whose acquire created the
+    # ticket, and of the one whose release made it done (None: no release did)
+    credential: str | None = None
+    released_by: str | None = None
 
     @property
     def identity(self) -> tuple[str, str, str]:
@@ -122,15 +131,17 @@ class Pause:
     machine_id: str
     claim_id: str | None
     ticket_id: str
+    credential: str | None = None  # the reporter's credential
 
     def wire(self) -> WirePause:
         return WirePause(
-            reason_code=self.reason_code,
+            reason_code=cast("CooldownReason", self.reason_code),
             started_at=self.started_at,
             until=self.until,
             machine_id=self.machine_id,
             claim_id=self.claim_id,
             ticket_id=self.ticket_id,
+            credential=self.credential,
         )
 
 
@@ -144,6 +155,7 @@ class Receipt:
     content_hash: str
     content_hash_verified: bool | None
     created_at: float
+    credential: str | None = None  # the writer's credential
 
 
 @dataclass(slots=True, frozen=True)
@@ -153,6 +165,7 @@ class Incident:
     ticket_id: str | None
     machine_id: str | None
     detail: dict[str, Any]
+    credential: str | None = None  # the credential whose call caused it (None: the clock)
 
 
 # ---- changes the store persists, in order, in one transaction ----
@@ -160,7 +173,11 @@ class Incident:
 
 @dataclass(slots=True, frozen=True)
 class PutTicket:
+    """`by`: the credential whose call made this write (None: the lane's own rules did — a
+    grant, a reap; the log line names it)."""
+
     ticket: Ticket
+    by: str | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -283,7 +300,10 @@ class LaneSnapshot:
     next_seq: int = 1
     project_served: dict[str, int] = field(default_factory=dict)
     pause: Pause | None = None
-    recent_holds: list[float] = field(default_factory=list)  # oldest first
+    # the lane's last measured holds (project, seconds), the oldest first (eta_estimate.py)
+    recent_holds: list[tuple[str, float]] = field(default_factory=list)
+    # the ETA errors of the lane's last grants (engine/eta_error.py), the oldest grant first
+    recent_eta_errors: list[float] = field(default_factory=list)
     history_count: int = 0
     incident_count: int = 0
     last_collision: dict[str, Any] | None = None

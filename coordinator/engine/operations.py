@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import msgspec
 
@@ -323,9 +323,10 @@ def _job_evidence(ticket_id: str, t: Ticket | None, reads: Reads) -> wire.JobEvi
             prompt_hash=t.prompt_hash,
             machine_id=t.machine_id,
             claim_id=t.claim_id,
+            credential=t.credential,
         ),
         state=t.state.value,
-        outcome=t.outcome,
+        outcome=cast("wire.Outcome | None", t.outcome),
         fence=t.fence,
         receipts=by_phase,
         complete=all(v != UNKNOWN for v in by_phase.values()),

@@ -124,6 +124,7 @@ def overview_lane(
         pause=status.pause,
         now=status.now,
         in_flight=status.in_flight,
+        eta_error=status.eta_error,
         history=history or wire.LaneHistory(entries=[], retained=0),
         recent_receipts=recent_receipts or [],
         receipt_mismatches=receipt_mismatches or [],

@@ -144,17 +144,23 @@ class LockingStore(LaneStore):
     def abort(self) -> None:
         """Roll the transaction back (nothing since `begin_load` is kept); no-op outside."""
 
+    def driver_reason(self, exc: Exception) -> str | None:
+        """A short cause of a driver error, safe to log (no secret in it); None: the log
+        reads one from the error chain (coordinator/store/files.py, open_failure_reason)."""
+        return None
+
     @contextlib.contextmanager
     def rolled_back_on_error(
         self, driver_error: type[Exception] | tuple[type[Exception], ...], message: str
     ) -> Iterator[None]:
         """Inside the transaction: any failure rolls it back (and is raised); a driver's
-        error is raised as StoreError(message), never with the driver's own text."""
+        error is raised as StoreError(message), never with the driver's own text (its
+        `reason`, for the log, is `driver_reason`)."""
         try:
             yield
         except driver_error as exc:
             self.abort()
-            raise StoreError(message) from exc
+            raise StoreError(message, reason=self.driver_reason(exc)) from exc
         except BaseException:
             self.abort()
             raise

@@ -3,22 +3,29 @@ every acquire is granted at once and nothing is remembered."""
 
 from __future__ import annotations
 
-from coordinator.engine.commands import Acquire
+from typing import cast
+
+from coordinator.engine.commands import Acquire, TicketCall
 from coordinator.protocol import replies as wire
 
 UNLIMITED_PREFIX = "unlimited-"
 
 
-def unlimited_ticket(lane: str, cmd: Acquire | None, ticket_id: str, now: float) -> wire.Ticket:
+def unlimited_ticket(
+    lane: str, cmd: Acquire | TicketCall, ticket_id: str, now: float
+) -> wire.Ticket:
+    """The acquire's ticket; for an await (a TicketCall) the caller owns it, and its request
+    identity reads "unknown": an unenforced lane remembers nothing (evidence reads the same)."""
+    identity = cmd if isinstance(cmd, Acquire) else None
     return wire.Ticket(
         ticket_id=ticket_id,
         lane=lane,
         state="held",
-        machine_id=cmd.machine_id if cmd else None,
-        claim_id=cmd.claim_id if cmd else None,
-        project=cmd.project if cmd else None,
-        scene=cmd.scene if cmd else None,
-        prompt_hash=cmd.prompt_hash if cmd else None,
+        machine_id=cmd.machine_id,
+        claim_id=cmd.claim_id,
+        project=identity.project if identity else wire.UNKNOWN,
+        scene=identity.scene if identity else wire.UNKNOWN,
+        prompt_hash=identity.prompt_hash if identity else wire.UNKNOWN,
         position=0,
         eta_seconds=0.0,
         enqueued_at=now,
@@ -26,13 +33,14 @@ def unlimited_ticket(lane: str, cmd: Acquire | None, ticket_id: str, now: float)
         lease_expires_at=None,
         heartbeat_at=None,
         fence=None,
+        credential=cmd.credential if cmd else None,
     )
 
 
 def lane_reply(
-    lane: str, cmd: Acquire | None, ticket_id: str, now: float, coordinator: str
+    lane: str, cmd: Acquire | TicketCall, ticket_id: str, now: float, coordinator: str
 ) -> wire.LaneReply:
-    """acquire (cmd given) and await (cmd None) on an unenforced lane: always granted."""
+    """acquire (an Acquire) and await (its TicketCall) on an unenforced lane: always granted."""
     ticket = unlimited_ticket(lane, cmd, ticket_id, now)
     return wire.LaneReply(
         coordinator=coordinator,
@@ -62,7 +70,7 @@ def release_reply(outcome: str | None, coordinator: str) -> wire.ReleaseReply:
         coordinator=coordinator,
         released=True,
         state="done",
-        outcome=outcome,
+        outcome=cast("wire.ReleaseOutcome | None", outcome),
         promoted=[],
         reason=None,
     )

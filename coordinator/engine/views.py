@@ -6,13 +6,14 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any, cast
 
+from coordinator.engine.eta_error import wait_seconds
 from coordinator.engine.model import Incident, Receipt, Ticket
 from coordinator.protocol import replies as wire
 from coordinator.protocol.receipts import stored_payload
 
 
 def _history_fields(t: Ticket) -> dict[str, Any]:
-    wait = None if t.held_at is None else max(0.0, t.held_at - t.enqueued_at)
+    wait = None if t.held_at is None else wait_seconds(t.enqueued_at, t.held_at)
     hold = None
     if t.held_at is not None and t.ended_at is not None:
         hold = max(0.0, t.ended_at - t.held_at)
@@ -30,11 +31,14 @@ def _history_fields(t: Ticket) -> dict[str, Any]:
         "enqueued_at": t.enqueued_at,
         "held_at": t.held_at,
         "ended_at": t.ended_at,
-        "wait_seconds": None if wait is None else round(wait, 3),
+        "eta_first_seconds": t.eta_first_seconds,
+        "wait_seconds": wait,
         "hold_seconds": None if hold is None else round(hold, 3),
         "fence": t.fence,
         "in_flight_until": t.in_flight_until,
         "in_flight_ended": t.in_flight_ended,
+        "credential": t.credential,
+        "released_by": t.released_by,
     }
 
 
@@ -70,6 +74,7 @@ def _receipt_fields(r: Receipt) -> dict[str, Any]:
         "content_hash": r.content_hash,
         "content_hash_verified": r.content_hash_verified,
         "created_at": r.created_at,
+        "credential": r.credential,
     }
 
 
@@ -86,9 +91,12 @@ def incident_row(lane: str, incident_id: int, i: Incident) -> wire.Incident:
     return wire.Incident(
         id=incident_id,
         lane=lane,
-        kind=i.kind,
+        kind=cast("wire.IncidentKind", i.kind),
         at=i.at,
-        ticket_id=i.ticket_id,
-        machine_id=i.machine_id,
+        # Every incident the engine records names its ticket and machine; a row without (the
+        # columns allow NULL; no version wrote one) reads "unknown", as evidence does.
+        ticket_id=i.ticket_id if i.ticket_id is not None else wire.UNKNOWN,
+        machine_id=i.machine_id if i.machine_id is not None else wire.UNKNOWN,
         detail=i.detail,
+        credential=i.credential,
     )

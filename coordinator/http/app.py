@@ -14,16 +14,20 @@ from aiohttp import web
 from coordinator.actor.registry import LaneRegistry
 from coordinator.clock import Clock, SystemClock
 from coordinator.config import Config
+from coordinator.credentials import Credentials, Role
 from coordinator.engine import commands
+from coordinator.http.access import check_machine
 from coordinator.http.body import read_body
 from coordinator.http.middleware import (
     CLOCK_KEY,
     CONFIG_KEY,
+    CREDENTIAL_KEY,
+    CREDENTIALS_KEY,
+    FORBIDDEN_LOG_KEY,
     METRICS_KEY,
     PRESENCE_KEY,
     REGISTRY_KEY,
     SERVICE_KEY,
-    TOKENS_KEY,
     UNAUTHORIZED_LOG_KEY,
     app_middleware,
     reply_headers,
@@ -42,6 +46,7 @@ from coordinator.http.reads import (
     openapi_json,
     overview,
     readyz,
+    whoami,
 )
 from coordinator.http.server import json_reply
 from coordinator.logs import RateLimitedLog
@@ -97,16 +102,21 @@ async def _body(request: web.Request, schema: type[S.Base]) -> Any:
     return S.validate(data, schema)  # 1.0 is version 1, "limit": 100.0 is 100
 
 
-def _saw(request: web.Request, lane: str | None, machine: str | None, claim: str | None) -> None:
-    """Presence: the machine a signed call names (written through to the store, throttled;
-    never fails the request). The claim is not kept."""
+def _caller(request: web.Request, lane: str | None, machine: str | None, claim: str | None) -> str:
+    """The body's machine checked against the credential's (403 machine-mismatch), then
+    presence: the machine a signed call names (written through to the store, throttled; never
+    fails the request; the claim is not kept). Returns the credential's name, what the
+    call's writes record (docs/protocol.md#credentials)."""
+    cred = request[CREDENTIAL_KEY]
+    check_machine(cred, machine)
     if machine:
         clock: Clock = request.app[CLOCK_KEY]  # type: ignore[assignment]
         request.app[PRESENCE_KEY].saw(machine, clock.now(), lane)
+    return cred.name
 
 
-def _call(body: S.TicketBody) -> commands.TicketCall:
-    return commands.TicketCall(body.machine_id, body.claim_id, body.ticket_id)
+def _call(body: S.TicketBody, credential: str) -> commands.TicketCall:
+    return commands.TicketCall(body.machine_id, body.claim_id, body.ticket_id, credential)
 
 
 # ---------------------------------------------------------------- handlers
@@ -114,7 +124,7 @@ def _call(body: S.TicketBody) -> commands.TicketCall:
 
 async def acquire(request: web.Request) -> web.Response:
     b: S.AcquireBody = await _body(request, S.AcquireBody)
-    _saw(request, b.lane, b.machine_id, b.claim_id)
+    who = _caller(request, b.lane, b.machine_id, b.claim_id)
     if request.transport is None or request.transport.is_closing():
         # The client gave up (e.g. while the server was frozen): a ticket made now would be a
         # ghost nobody waits for, and could be promoted and hold the slot for a whole lease.
@@ -127,42 +137,45 @@ async def acquire(request: web.Request) -> web.Response:
         b.prompt_hash,
         b.lease_seconds,
         new_ticket_id(),
+        who,
     )
     return json_reply(await request.app[SERVICE_KEY].acquire(b.lane, cmd))
 
 
 async def await_(request: web.Request) -> web.Response:
     b: S.AwaitBody = await _body(request, S.AwaitBody)
-    _saw(request, b.lane, b.machine_id, b.claim_id)
-    return json_reply(await request.app[SERVICE_KEY].await_(b.lane, _call(b), b.wait_seconds))
+    call = _call(b, _caller(request, b.lane, b.machine_id, b.claim_id))
+    return json_reply(await request.app[SERVICE_KEY].await_(b.lane, call, b.wait_seconds))
 
 
 async def heartbeat(request: web.Request) -> web.Response:
     b: S.HeartbeatBody = await _body(request, S.HeartbeatBody)
-    _saw(request, b.lane, b.machine_id, b.claim_id)
+    call = _call(b, _caller(request, b.lane, b.machine_id, b.claim_id))
     reply = await request.app[SERVICE_KEY].heartbeat(
-        b.lane, commands.Heartbeat(_call(b), b.lease_seconds)
+        b.lane, commands.Heartbeat(call, b.lease_seconds)
     )
     return json_reply(reply)
 
 
 async def release(request: web.Request) -> web.Response:
     b: S.ReleaseBody = await _body(request, S.ReleaseBody)
-    _saw(request, b.lane, b.machine_id, b.claim_id)
-    cmd = commands.Release(_call(b), b.outcome, b.provider_job_id, b.note)
+    call = _call(b, _caller(request, b.lane, b.machine_id, b.claim_id))
+    cmd = commands.Release(call, b.outcome, b.provider_job_id, b.note)
     return json_reply(await request.app[SERVICE_KEY].release(b.lane, cmd))
 
 
 async def reconcile(request: web.Request) -> web.Response:
     b: S.ReconcileBody = await _body(request, S.ReconcileBody)
-    _saw(request, b.lane, b.machine_id, b.claim_id)
-    cmd = commands.Reconcile(_call(b), b.outcome, b.provider_job_id, b.note)
+    call = _call(b, _caller(request, b.lane, b.machine_id, b.claim_id))
+    # the ticket's machine, or an admin credential for any machine's (docs/protocol.md#reconcile)
+    admin = request[CREDENTIAL_KEY].role is Role.ADMIN
+    cmd = commands.Reconcile(call, b.outcome, b.provider_job_id, b.note, admin=admin)
     return json_reply(await request.app[SERVICE_KEY].reconcile(b.lane, cmd))
 
 
 async def receipt(request: web.Request) -> web.Response:
     b: S.ReceiptBody = await _body(request, S.ReceiptBody)
-    _saw(request, b.lane, b.machine_id, b.claim_id)
+    who = _caller(request, b.lane, b.machine_id, b.claim_id)
     check_receipt_id(b.receipt_id, b.ticket_id, b.phase)
     canonical = canonical_json(b.payload)
     if len(canonical) > MAX_RECEIPT_PAYLOAD_BYTES:
@@ -176,6 +189,7 @@ async def receipt(request: web.Request) -> web.Response:
         payload_json=canonical.decode("utf-8"),
         content_hash=b.content_hash,
         computed_hash=content_hash(canonical),
+        credential=who,
     )
     try:
         status, reply = await request.app[SERVICE_KEY].receipt(b.lane, cmd)
@@ -189,20 +203,20 @@ async def receipt(request: web.Request) -> web.Response:
 
 async def cooldown(request: web.Request) -> web.Response:
     b: S.CooldownBody = await _body(request, S.CooldownBody)
-    _saw(request, b.lane, b.machine_id, b.claim_id)
-    cmd = commands.Cooldown(_call(b), b.reason_code, b.retry_after_seconds)
+    call = _call(b, _caller(request, b.lane, b.machine_id, b.claim_id))
+    cmd = commands.Cooldown(call, b.reason_code, b.retry_after_seconds)
     return json_reply(await request.app[SERVICE_KEY].cooldown(b.lane, cmd))
 
 
 async def status(request: web.Request) -> web.Response:
     b: S.StatusBody = await _body(request, S.StatusBody)
-    _saw(request, b.lane, b.machine_id, None)
+    _caller(request, b.lane, b.machine_id, None)
     return json_reply(await request.app[SERVICE_KEY].status(b.lane, b.include_receipts))
 
 
 async def history(request: web.Request) -> web.Response:
     b: S.HistoryBody = await _body(request, S.HistoryBody)
-    _saw(request, b.lane, b.machine_id, None)
+    _caller(request, b.lane, b.machine_id, None)
     return json_reply(await request.app[SERVICE_KEY].history(b.lane, b.limit, b.project))
 
 
@@ -211,7 +225,7 @@ async def history(request: web.Request) -> web.Response:
 
 def create_app(
     config: Config,
-    tokens: list[bytes],
+    credentials: Credentials,
     data_dir: Path | None,
     clock: Clock | None = None,
     *,
@@ -237,7 +251,7 @@ def create_app(
     app[METRICS_KEY] = Metrics(config.metrics_max_lanes)
     registry = LaneRegistry(config, storage, clock, app[METRICS_KEY])
     app[CONFIG_KEY] = config
-    app[TOKENS_KEY] = tokens
+    app[CREDENTIALS_KEY] = credentials
     app[CLOCK_KEY] = clock
     app[REGISTRY_KEY] = registry
     app[SERVICE_KEY] = LaneService(registry, clock)
@@ -246,6 +260,7 @@ def create_app(
     presence = presence_store_for(store or config.store, data_dir, stall_seconds=stall)
     app[PRESENCE_KEY] = Presence(presence, None)
     app[UNAUTHORIZED_LOG_KEY] = RateLimitedLog("http.unauthorized")
+    app[FORBIDDEN_LOG_KEY] = RateLimitedLog("http.forbidden")
 
     for name, handler in (
         ("acquire", acquire),
@@ -265,11 +280,13 @@ def create_app(
     app.router.add_get("/v1/evidence", evidence, name="evidence")
     app.router.add_get("/v1/overview", overview, name="overview")
     app.router.add_get("/v1/dashboard", dashboard, name="dashboard")
+    app.router.add_get("/v1/whoami", whoami, name="whoami")
     app.router.add_get("/healthz", healthz, name="healthz")
     app.router.add_get("/readyz", readyz, name="readyz")  # public, like /healthz
     app.router.add_get("/metrics", metrics, name="metrics")  # bearer: see app_middleware
     app.router.add_get("/openapi.json", openapi_json, name="openapi")  # public
     app.router.add_get("/control-room", control_room, name="control-room")
+    app.router.add_get("/control-room/", control_room, name="control-room-slash")  # same page
     app.router.add_get("/control-room/assets/{name}", control_room_asset, name="control-room-asset")
 
     async def on_startup(app: web.Application) -> None:

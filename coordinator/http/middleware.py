@@ -1,10 +1,9 @@
-"""The app's keys and the middleware every request goes through (one: bearer-token auth,
-errors in the protocol's shape — never a traceback —, request metrics and logs), and the reply
-headers."""
+"""The app's keys and the middleware every request goes through (one: bearer-token auth and
+the credential's role (coordinator/http/access.py), errors in the protocol's shape — never a
+traceback —, request metrics and logs), and the reply headers."""
 
 from __future__ import annotations
 
-import hmac
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -14,12 +13,15 @@ from aiohttp import web, web_response
 
 from coordinator.actor.registry import LaneRegistry
 from coordinator.config import Config
+from coordinator.credentials import Credential, Credentials
+from coordinator.http.access import check_role
 from coordinator.http.presence import Presence
 from coordinator.http.server import SERVER_HEADER, error_response, http_refusal, stamp_headers
 from coordinator.logs import RateLimitedLog, enabled
 from coordinator.metrics import Metrics
 from coordinator.protocol.errors import (
     LaneError,
+    RoleForbidden,
     Unauthorized,
     Unavailable,
 )
@@ -28,13 +30,16 @@ from coordinator.service import LaneService
 log = structlog.get_logger("coordinator.http")
 
 CONFIG_KEY = web.AppKey("config", Config)
-TOKENS_KEY = web.AppKey("tokens", list)
+CREDENTIALS_KEY = web.AppKey("credentials", Credentials)
+# The credential a /v1 or /metrics request presented (set by the auth check).
+CREDENTIAL_KEY = web.RequestKey("credential", Credential)
 CLOCK_KEY = web.AppKey("clock", object)
 REGISTRY_KEY = web.AppKey("registry", LaneRegistry)
 SERVICE_KEY = web.AppKey("service", LaneService)
 PRESENCE_KEY = web.AppKey("presence", Presence)
 METRICS_KEY = web.AppKey("metrics", Metrics)
 UNAUTHORIZED_LOG_KEY = web.AppKey("unauthorized_log", RateLimitedLog)
+FORBIDDEN_LOG_KEY = web.AppKey("forbidden_log", RateLimitedLog)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -95,6 +100,7 @@ async def app_middleware(request: web.Request, handler: Handler) -> web.StreamRe
                 path=request.path,
                 status=status,
                 ms=round(seconds * 1000, 2),
+                credential=cred.name if (cred := request.get(CREDENTIAL_KEY)) else None,
             )
         resource = request.match_info.route.resource  # canonical path: bounded labels
         request.app[METRICS_KEY].http_request(
@@ -105,23 +111,37 @@ async def app_middleware(request: web.Request, handler: Handler) -> web.StreamRe
         )
 
 
-def _authorized(request: web.Request) -> bool:
+def _presented(request: web.Request) -> Credential | None:
+    """The credential of the request's bearer token, or None (docs/protocol.md#credentials:
+    the token is hashed once and looked up by its digest)."""
     header = request.headers.get("Authorization", "")
     scheme, _, given = header.partition(" ")
     if scheme.lower() != "bearer" or not given:
-        return False
-    given_b = given.strip().encode("utf-8", "surrogateescape")
-    ok = False
-    for token in request.app[TOKENS_KEY]:
-        ok |= hmac.compare_digest(given_b, token)
-    return ok
+        return None
+    return request.app[CREDENTIALS_KEY].authenticate(
+        given.strip().encode("utf-8", "surrogateescape")
+    )
 
 
 def _check_auth(request: web.Request) -> None:
     path = request.path
-    protected = path.startswith("/v1/") or path in ("/v1", "/metrics")
-    if protected and not _authorized(request):
+    if not (path.startswith("/v1/") or path in ("/v1", "/metrics")):
+        return  # public
+    cred = _presented(request)
+    if cred is None:
         # A wrong token can come as fast as a client sends it: one line a minute at most,
         # counting them, never the token or the path. The body is never read or decoded.
         request.app[UNAUTHORIZED_LOG_KEY](remote=request.remote)
         raise Unauthorized("Authorization: a valid bearer token is required")
+    request[CREDENTIAL_KEY] = cred
+    match = request.match_info
+    if match.http_exception is not None:
+        return  # no such route or method: the router's 404 / 405
+    try:
+        check_role(cred, match.route.name, request.method, path)
+    except RoleForbidden:
+        # before the body is read; one line a minute at most (a misused credential retries)
+        request.app[FORBIDDEN_LOG_KEY](
+            credential=cred.name, role=cred.role.value, path=path, remote=request.remote
+        )
+        raise

@@ -2,10 +2,14 @@
 
 Request bodies (`coordinator.protocol.requests`), the GET reads' query parameters
 (`coordinator.protocol.queries`) and every reply and error body (`coordinator.protocol.replies`)
-come from msgspec's JSON Schema of those Structs, so the document cannot drift from what the
-server validates and encodes. What is written here by hand is only what has no Struct: each
-route's summary and which statuses it can answer. `tests/ops/test_openapi.py` checks the document
-against the router, and `tests/ops/test_schemathesis.py` checks a running server against it.
+come from msgspec's JSON Schema of those Structs (coordinator/http/openapi_schemas.py adds what
+the Structs cannot say), so the document cannot drift from what the server validates and
+encodes. What is written here by hand is only what has no Struct: each route's summary and
+which statuses it can answer. Every GET path also answers HEAD (aiohttp serves it: the GET's
+status and headers, no body), and every path answers another method 405 with `Allow`; the
+document declares both. `tests/ops/test_openapi.py` checks the document against the router,
+`tests/ops/test_openapi_tools.py` with Redocly CLI and ajv (tools/openapi), and
+`tests/ops/test_schemathesis.py` a running server against it.
 
 Print it: `python -m coordinator.http.openapi`.
 """
@@ -17,16 +21,26 @@ import sys
 from typing import Any
 
 import msgspec
-from msgspec import UNSET
 
 from coordinator import __version__
 from coordinator.constants import DEFAULT_MAX_BODY_BYTES, MACHINE_ONLINE_SECONDS, MIN_TOKEN_BYTES
+from coordinator.http.assets import CONTROL_ROOM_ASSETS
+from coordinator.http.openapi_errors import (
+    COMMON_ERRORS,
+    EXTRA_ERRORS,
+    FORBIDDEN,
+    GET_ALLOW,
+    POST_ALLOW,
+    body_reply,
+    error_responses,
+    json_reply,
+)
+from coordinator.http.openapi_schemas import REF, component_schemas
 from coordinator.protocol import constants as C
 from coordinator.protocol import queries as Q
 from coordinator.protocol import replies as wire
 from coordinator.protocol import requests as S
 
-REF = "#/components/schemas/{name}"
 BEARER = "bearerAuth"
 
 _SUMMARIES = {
@@ -57,86 +71,37 @@ _REPLIES: dict[str, dict[int, tuple[type[wire.Wire], str]]] = {
     "reconcile": {200: (wire.ReconcileReply, "the hold ended; the waiters it promoted")},
 }
 
-# Every POST operation can answer these: a bad body or protocolVersion, no token, a body over
-# max_body_bytes, a body that is not JSON, a change that could not be committed.
-_COMMON_ERRORS = (400, 401, 413, 415, 503)
-# ...and these, about the ticket it names.
-_EXTRA_ERRORS: dict[str, tuple[int, ...]] = {
-    "acquire": (),
-    "await": (403, 404),
-    "heartbeat": (404,),
-    "release": (404,),
-    "receipt": (403, 404, 409),
-    "status": (),
-    "history": (),
-    "cooldown": (403, 404, 409),
-    "reconcile": (403, 404, 409),
-}
-
-_ERROR_TEXT = {
-    400: "bad-request or unsupported-protocol (the message names the field)",
-    401: "unauthorized: a valid bearer token is required",
-    403: "not-owner or not-holder",
-    404: "not-found",
-    405: "method-not-allowed: the Allow header names the accepted methods",
-    409: "ticket-not-held, receipt-conflict or not-in-flight",
-    413: "payload-too-large",
-    415: "unsupported-media-type",
-    503: "unavailable (nothing was applied; retry)",
-}
-
-_HEADERS: dict[int, dict[str, Any]] = {
-    401: {
-        "WWW-Authenticate": {
-            "description": 'the scheme to use: Bearer realm="lane-coordinator"',
-            "required": True,
-            "schema": {"type": "string"},
-        }
-    },
-    405: {
-        "Allow": {
-            "description": "the methods the path accepts",
-            "required": True,
-            "schema": {"type": "string"},
-        }
-    },
-}
-
-
-def _json_reply(description: str, reply: type[wire.Wire]) -> dict[str, Any]:
-    return {
-        "description": description,
-        "content": {"application/json": {"schema": {"$ref": REF.format(name=reply.__name__)}}},
-    }
-
-
-def _body_reply(description: str, media_type: str, json_type: str) -> dict[str, Any]:
-    """A reply that is no protocol Struct: its media type and JSON Schema type."""
-    return {"description": description, "content": {media_type: {"schema": {"type": json_type}}}}
-
 
 def _get(
     operation_id: str, summary: str, security: list[Any], responses: dict[str, Any]
 ) -> dict[str, Any]:
-    """A path served by GET only."""
+    """A public path or /metrics (GET, and HEAD beside it)."""
     return {
-        "get": {
-            "operationId": operation_id,
-            "summary": summary,
-            "security": security,
-            "responses": responses,
-        }
+        "operationId": operation_id,
+        "summary": summary,
+        "security": security,
+        "responses": responses,
     }
 
 
-def _error_responses(statuses: tuple[int, ...]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for code in sorted(statuses):
-        response = _json_reply(_ERROR_TEXT[code], wire.ErrorReply)
-        if code in _HEADERS:
-            response["headers"] = _HEADERS[code]
-        out[str(code)] = response
-    return out
+def _head(get: dict[str, Any]) -> dict[str, Any]:
+    """HEAD beside a GET (aiohttp serves it): the GET's statuses and headers, no body."""
+    responses = {
+        status: {
+            "description": f"{r['description']} (headers only)",
+            **({"headers": r["headers"]} if "headers" in r else {}),
+        }
+        for status, r in get["responses"].items()
+    }
+    head = {
+        "operationId": f"{get['operationId']}_head",
+        "summary": f"{get['summary']} (HEAD: the GET's status and headers, no body)",
+        "security": get["security"],
+        "responses": responses,
+    }
+    if get.get("parameters"):
+        head["parameters"] = get["parameters"]
+    return head
 
 
 def _parameters(params: type[Q.Params]) -> list[dict[str, Any]]:
@@ -177,16 +142,16 @@ def _get_routes() -> dict[str, dict[str, Any]]:
             "summary": "Every known lane: capacity, held/queued counts, pause",
             "parameters": [],
             "responses": {
-                "200": _json_reply("the lanes", wire.LanesReply),
-                **_error_responses((401, 503)),
+                "200": json_reply("the lanes", wire.LanesReply),
+                **error_responses((401, 503), GET_ALLOW),
             },
         },
         "/v1/incidents": {
             "summary": "Incidents, newest first, of one lane or all",
             "parameters": _parameters(Q.IncidentsParams),
             "responses": {
-                "200": _json_reply("the incidents", wire.IncidentsReply),
-                **_error_responses((400, 401, 503)),
+                "200": json_reply("the incidents", wire.IncidentsReply),
+                **error_responses((400, 401, 503), GET_ALLOW),
             },
         },
         "/v1/machines": {
@@ -196,16 +161,16 @@ def _get_routes() -> dict[str, dict[str, Any]]:
             ),
             "parameters": [],
             "responses": {
-                "200": _json_reply("the machines", wire.MachinesReply),
-                **_error_responses((401, 503)),
+                "200": json_reply("the machines", wire.MachinesReply),
+                **error_responses((401, 503), GET_ALLOW),
             },
         },
         "/v1/evidence": {
             "summary": "Coordinator evidence of a lane and job evidence of one ticket",
             "parameters": _parameters(Q.EvidenceParams),
             "responses": {
-                "200": _json_reply("the evidence", wire.EvidenceReply),
-                **_error_responses((400, 401, 503)),
+                "200": json_reply("the evidence", wire.EvidenceReply),
+                **error_responses((400, 401, 503), GET_ALLOW),
             },
         },
         "/v1/overview": {
@@ -216,8 +181,19 @@ def _get_routes() -> dict[str, dict[str, Any]]:
             ),
             "parameters": _parameters(Q.OverviewParams),
             "responses": {
-                "200": _json_reply("the overview", wire.Overview),
-                **_error_responses((400, 401, 503)),
+                "200": json_reply("the overview", wire.Overview),
+                **error_responses((400, 401, 503), GET_ALLOW),
+            },
+        },
+        "/v1/whoami": {
+            "summary": (
+                "The credential this request presented: its name, role and machine (never "
+                "its secret); canWrite says whether its role may change lanes"
+            ),
+            "parameters": [],
+            "responses": {
+                "200": json_reply("the credential", wire.WhoamiReply),
+                **error_responses((401,), GET_ALLOW),
             },
         },
         "/v1/dashboard": {
@@ -225,51 +201,32 @@ def _get_routes() -> dict[str, dict[str, Any]]:
             "parameters": [],
             "responses": {
                 "302": {
-                    "description": "to /control-room",
+                    "description": "to /control-room (aiohttp's text body)",
                     "headers": {
-                        "Location": {"required": True, "schema": {"type": "string"}},
+                        "Location": {
+                            "description": "the control-room page",
+                            "required": True,
+                            "schema": {"type": "string", "const": "/control-room"},
+                        },
+                    },
+                    "content": {
+                        "text/plain": {
+                            "schema": {"type": "string", "examples": ["302: Found"]},
+                        }
                     },
                 },
-                **_error_responses((401,)),
+                **error_responses((401,), GET_ALLOW),
             },
         },
     }
 
 
-def _reply_structs(names: list[str]) -> dict[str, type[wire.Wire]]:
-    """The reply Structs (and the objects nested in them) among the components."""
-    out: dict[str, type[wire.Wire]] = {}
-    for name in names:
-        cls = getattr(wire, name, None)
-        if isinstance(cls, type) and issubclass(cls, wire.Wire):
-            out[name] = cls
-    return out
-
-
-def _sent_fields(cls: type[msgspec.Struct]) -> list[str]:
-    """The fields the server always sends: all but those that may be UNSET (left out)."""
-    return [f.encode_name for f in msgspec.structs.fields(cls) if f.default is not UNSET]
-
-
-@functools.cache
-def openapi_document() -> dict[str, Any]:
-    bodies = [S.SCHEMAS[name] for name in sorted(S.SCHEMAS)]
-    _, components = msgspec.json.schema_components([*bodies, *wire.REPLIES], ref_template=REF)
-    assert REF.format(name="JsonValue") == S.JSON_VALUE_REF
-    components["JsonValue"] = S.JSON_VALUE_SCHEMA
-    # Replies decode leniently (a client reading an older or newer server), but this server
-    # always sends every field that is not UNSET: the document says so.
-    for name, cls in _reply_structs(list(components)).items():
-        required = _sent_fields(cls)
-        if required:
-            components[name]["required"] = required
-    auth: list[dict[str, list[str]]] = [{BEARER: []}]
+def _post_paths(auth: list[dict[str, list[str]]]) -> dict[str, Any]:
     paths: dict[str, Any] = {}
     for name in sorted(S.SCHEMAS):
         schema = S.SCHEMAS[name]
         ok = {
-            str(status): _json_reply(text, reply)
-            for status, (reply, text) in _REPLIES[name].items()
+            str(status): json_reply(text, reply) for status, (reply, text) in _REPLIES[name].items()
         }
         paths[f"/v1/lanes/{name}"] = {
             "post": {
@@ -284,51 +241,123 @@ def openapi_document() -> dict[str, Any]:
                 },
                 "responses": {
                     **ok,
-                    **_error_responses(_COMMON_ERRORS + _EXTRA_ERRORS[name]),
+                    **error_responses(
+                        COMMON_ERRORS + EXTRA_ERRORS[name], POST_ALLOW, forbidden=FORBIDDEN[name]
+                    ),
                 },
             }
         }
-    for path, op in _get_routes().items():
-        paths[path] = {
-            "get": {"operationId": path.strip("/").replace("/", "_"), "security": auth, **op}
-        }
-    paths["/metrics"] = _get(
-        "metrics",
-        "Prometheus metrics (text exposition format)",
-        auth,
-        {"200": _body_reply("metrics", "text/plain", "string"), **_error_responses((401,))},
-    )
-    paths["/healthz"] = _get(
-        "healthz",
-        "Liveness; public; no queue data",
-        [],
-        {"200": _json_reply("alive", wire.Healthz)},
-    )
-    paths["/readyz"] = _get(
-        "readyz",
-        "Readiness; public; no queue data: 200 while the server can commit (the store "
-        "is reachable, not shutting down), else 503 with why",
-        [],
-        {
-            "200": _json_reply("ready (brokenLanes: lanes that cannot be opened)", wire.Readyz),
-            "503": _json_reply(
-                "not ready: the message says why (shutting down, data dir not writable)",
-                wire.ErrorReply,
+    return paths
+
+
+def _public_paths(auth: list[dict[str, list[str]]]) -> dict[str, dict[str, Any]]:
+    """The GET operations outside /v1: /metrics (bearer) and the public paths."""
+    plain = wire.PlainErrorReply
+    text = {"type": "string"}
+    asset = {
+        "name": "name",
+        "in": "path",
+        "required": True,
+        "description": "one of the page's own files (a fixed list)",
+        "schema": {"type": "string", "enum": sorted(CONTROL_ROOM_ASSETS)},
+    }
+    return {
+        "/metrics": _get(
+            "metrics",
+            "Prometheus metrics (text exposition format)",
+            auth,
+            {
+                "200": body_reply("metrics", "text/plain", text),
+                **error_responses((401,), GET_ALLOW, plain),
+            },
+        ),
+        "/healthz": _get(
+            "healthz",
+            "Liveness; public; no queue data",
+            [],
+            {
+                "200": json_reply("alive", wire.Healthz),
+                **error_responses((), GET_ALLOW, plain),
+            },
+        ),
+        "/readyz": _get(
+            "readyz",
+            "Readiness; public; no queue data: 200 while the server can commit (the store "
+            "is reachable, not shutting down), else 503 with why",
+            [],
+            {
+                "200": json_reply("ready (brokenLanes: lanes that cannot be opened)", wire.Readyz),
+                "503": json_reply(
+                    "not ready: the message says why (shutting down, data dir not writable)",
+                    plain,
+                ),
+                **error_responses((), GET_ALLOW, plain),
+            },
+        ),
+        "/openapi.json": _get(
+            "openapi",
+            "This document; public (it describes the API, it holds no data)",
+            [],
+            {
+                "200": body_reply(
+                    "OpenAPI 3.1",
+                    "application/json",
+                    {"type": "object", "additionalProperties": True},
+                ),
+                **error_responses((), GET_ALLOW, plain),
+            },
+        ),
+        "/control-room": _get(
+            "control_room",
+            "The read-only control-room page; it holds no data (unlocked by token)",
+            [],
+            {
+                "200": body_reply("HTML", "text/html", text),
+                **error_responses((), GET_ALLOW, plain),
+            },
+        ),
+        "/control-room/assets/{name}": {
+            **_get(
+                "control_room_asset",
+                "One of the control-room page's own scripts or its style sheet; public",
+                [],
+                {
+                    "200": {
+                        "description": "the file",
+                        "content": {
+                            "text/javascript": {"schema": text},
+                            "text/css": {"schema": text},
+                        },
+                    },
+                    "404": json_reply("not-found: no such asset", plain),
+                    **error_responses((), GET_ALLOW, plain),
+                },
             ),
+            "parameters": [asset],
         },
-    )
-    paths["/openapi.json"] = _get(
-        "openapi",
-        "This document; public (it describes the API, it holds no data)",
-        [],
-        {"200": _body_reply("OpenAPI 3.1", "application/json", "object")},
-    )
-    paths["/control-room"] = _get(
-        "control_room",
-        "The read-only control-room page; it holds no data (unlocked by token)",
-        [],
-        {"200": _body_reply("HTML", "text/html", "string")},
-    )
+        "/control-room/": _get(
+            "control_room_slash",
+            "The control-room page, also at this address (a link with a trailing slash)",
+            [],
+            {
+                "200": body_reply("HTML", "text/html", text),
+                **error_responses((), GET_ALLOW, plain),
+            },
+        ),
+    }
+
+
+@functools.cache
+def openapi_document() -> dict[str, Any]:
+    auth: list[dict[str, list[str]]] = [{BEARER: []}]
+    paths: dict[str, Any] = _post_paths(auth)
+    gets = {
+        path: {"operationId": path.strip("/").replace("/", "_"), "security": auth, **op}
+        for path, op in _get_routes().items()
+    }
+    gets.update(_public_paths(auth))
+    for path, get in gets.items():
+        paths[path] = {"get": get, "head": _head(get)}
     return {
         "openapi": "3.1.0",
         "info": {
@@ -340,18 +369,27 @@ def openapi_document() -> dict[str, Any]:
                 "integer is 400 unsupported-protocol); unknown fields are ignored; bodies are "
                 f"bounded by max_body_bytes (default {DEFAULT_MAX_BODY_BYTES} bytes). Every "
                 "/v1 reply, errors included, names the coordinator that answered. A method a "
-                "path does not serve is 405 method-not-allowed with an Allow header."
+                "path does not serve is 405 method-not-allowed with an Allow header; every GET "
+                "path answers HEAD too."
             ),
         },
+        # Relative: the coordinator that serves this document (any host and port).
+        "servers": [{"url": "/", "description": "the coordinator serving this document"}],
         "paths": paths,
         "components": {
-            "schemas": components,
-            "responses": {"MethodNotAllowed": _error_responses((405,))["405"]},
+            "schemas": component_schemas(),
             "securitySchemes": {
                 BEARER: {
                     "type": "http",
                     "scheme": "bearer",
-                    "description": f"a coordinator token (at least {MIN_TOKEN_BYTES} bytes)",
+                    "description": (
+                        f"a coordinator token (at least {MIN_TOKEN_BYTES} bytes): a "
+                        "credential whose role is reader (every GET under /v1, /metrics, "
+                        "status, history), driver (also acquire, await, heartbeat, release, "
+                        "receipt, cooldown, reconcile; bound to one machineId when it names "
+                        "one) or admin (everything, for any machine); outside its role 403 "
+                        "role-forbidden, another machine 403 machine-mismatch"
+                    ),
                 }
             },
         },

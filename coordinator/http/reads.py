@@ -8,8 +8,10 @@ from importlib import resources
 from aiohttp import web
 
 from coordinator.clock import Clock
+from coordinator.http.assets import CONTROL_ROOM_ASSETS
 from coordinator.http.middleware import (
     CLOCK_KEY,
+    CREDENTIAL_KEY,
     METRICS_KEY,
     PRESENCE_KEY,
     REGISTRY_KEY,
@@ -56,6 +58,22 @@ async def evidence(request: web.Request) -> web.Response:
     return json_reply(await request.app[SERVICE_KEY].evidence(q.lane, q.ticket_id))
 
 
+async def whoami(request: web.Request) -> web.Response:
+    """The presented credential's name, role and machine (docs/protocol.md#whoami): how the
+    control room knows whether it was unlocked with one that can write."""
+    cred = request[CREDENTIAL_KEY]
+    kind = request.app[REGISTRY_KEY].kind
+    return json_reply(
+        wire.WhoamiReply(
+            coordinator=kind,
+            name=cred.name,
+            role=cred.role.value,
+            machine=cred.machine,
+            can_write=cred.can_write,
+        )
+    )
+
+
 async def dashboard(request: web.Request) -> web.Response:
     raise web.HTTPFound("/control-room")
 
@@ -86,36 +104,6 @@ async def readyz(request: web.Request) -> web.Response:
 def control_room_html() -> bytes:
     page = resources.files("coordinator.http") / "static" / "control-room.html"
     return page.read_bytes()
-
-
-# The control room's own script and style, shipped in the package (no CDN, no build): a fixed
-# list of file names, never a path taken from the request. The script is native ES modules:
-# control-room.js is the entry (<script type="module">) and imports the others by
-# './name.js', so every module it reaches must be named here (tests/integration/
-# test_control_room_assets.py walks the imports). Module scripts need a JavaScript type.
-_CONTROL_ROOM_MODULES = (
-    "control-room.js",  # entry: render() and the wiring
-    "config.js",
-    "api.js",
-    "state.js",
-    "dom.js",
-    "format.js",
-    "view.js",
-    "widgets.js",
-    "session.js",
-    "alerts.js",
-    "lanes.js",
-    "timeline.js",
-    "log.js",
-    "receipts.js",
-    "incidents.js",
-    "computers.js",
-    "evidence.js",
-)
-CONTROL_ROOM_ASSETS: dict[str, str] = {
-    **{name: "text/javascript" for name in _CONTROL_ROOM_MODULES},
-    "control-room.css": "text/css",
-}
 
 
 _CONTROL_ROOM_HEADERS = {

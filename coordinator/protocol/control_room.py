@@ -3,14 +3,18 @@ and GET /v1/overview. `coordinator.protocol.replies` exports them with every oth
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from coordinator.protocol.json_value import JsonObject
 from coordinator.protocol.lane_replies import (
+    EtaError,
     HistoryEntry,
+    IncidentKind,
     InFlightJob,
+    Outcome,
     Owner,
     Pause,
     ReceiptPhase,
@@ -44,7 +48,7 @@ class LanesReply(Reply, kw_only=True):
     """Every lane with a file or a per-lane capacity, sorted by name."""
 
     lanes: list[LaneSummary]
-    now: float | None = None
+    now: float
 
 
 class Incident(Wire, kw_only=True):
@@ -54,11 +58,13 @@ class Incident(Wire, kw_only=True):
 
     id: int
     lane: str
-    kind: str
+    kind: IncidentKind
     at: float
-    ticket_id: str | None = None
-    machine_id: str | None = None
-    detail: dict[str, Any] = msgspec.field(default_factory=dict)
+    ticket_id: str
+    machine_id: str
+    detail: JsonObject = msgspec.field(default_factory=dict)  # incident_details.DETAILS
+    # the name of the credential whose call caused it (null: the lane's clock did)
+    credential: str | None = None
 
 
 class IncidentsReply(Reply, kw_only=True):
@@ -73,7 +79,7 @@ class Machine(Wire, kw_only=True):
     machine_id: str
     last_seen_at: float
     online: bool
-    seconds_since_seen: float | None = None
+    seconds_since_seen: float
     lanes: list[str] = msgspec.field(default_factory=list)
 
 
@@ -81,7 +87,7 @@ class MachinesReply(Reply, kw_only=True):
     """The computers seen in the last hour (at most 1,000), most recently seen first."""
 
     machines: list[Machine]
-    now: float | None = None
+    now: float
 
 
 class MachineSeen(Wire, kw_only=True):
@@ -120,6 +126,7 @@ class JobIdentity(Wire, kw_only=True):
     prompt_hash: str
     machine_id: str
     claim_id: str | None = None
+    credential: str | None = None  # the name of the credential whose acquire created it
 
 
 class JobEvidence(Wire, kw_only=True):
@@ -131,7 +138,7 @@ class JobEvidence(Wire, kw_only=True):
     found: bool
     identity: JobIdentity | Unknown
     state: TicketState | UnsetType = UNSET
-    outcome: str | UnsetType | None = UNSET
+    outcome: Outcome | UnsetType | None = UNSET
     fence: int | UnsetType | None = UNSET
     receipts: dict[str, list[ReceiptRow] | Unknown]
     complete: bool
@@ -145,7 +152,17 @@ class EvidenceReply(Reply, kw_only=True):
     enforced: bool
     coordinator_evidence: CoordinatorEvidence
     job_evidence: JobEvidence | None = None
-    now: float | None = None
+    now: float
+
+
+class WhoamiReply(Reply, kw_only=True):
+    """The credential this request presented: its name, role and machine (never its secret).
+    `canWrite`: its role may change lanes (driver, admin); the control room warns when so."""
+
+    name: str
+    role: Literal["reader", "driver", "admin"]
+    machine: str | None = None
+    can_write: bool
 
 
 # ---------------------------------------------------------------- GET /v1/overview
@@ -168,10 +185,12 @@ class ReceiptSummary(Wire, kw_only=True):
     content_hash: str
     content_hash_verified: bool | None
     created_at: float
+    credential: str | None = None  # the name of the credential that wrote it
 
 
 class OverviewLane(Wire, kw_only=True):
-    """One known lane: its status (held, queued in promotion order) and bounded reads."""
+    """One known lane: its status (held, queued in promotion order, in-flight jobs, the ETA
+    error) and bounded reads."""
 
     lane: str
     enforced: bool
@@ -182,6 +201,7 @@ class OverviewLane(Wire, kw_only=True):
     pause: Pause | None
     now: float
     in_flight: list[InFlightJob] = msgspec.field(default_factory=list)
+    eta_error: EtaError | None = None
     history: LaneHistory
     recent_receipts: list[ReceiptSummary]
     receipt_mismatches: list[ReceiptSummary]

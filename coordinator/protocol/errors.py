@@ -1,14 +1,15 @@
 """The protocol's errors: one class per error code, with its HTTP status.
 
 A `LaneError` is safe to show to a caller: its message names the field or the rule and never
-echoes a token. `reply()` is its wire form (`ErrorReply`).
+echoes a token. `reply()` is its wire form (`ErrorReply` under /v1, `PlainErrorReply`
+outside).
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from coordinator.protocol.replies import ErrorCode, ErrorDetail, ErrorReply
+from coordinator.protocol.replies import ErrorCode, ErrorDetail, ErrorReply, PlainErrorReply
 
 
 class LaneError(Exception):
@@ -27,10 +28,10 @@ class LaneError(Exception):
             return ErrorDetail(code=self.code, message=self.message)
         return ErrorDetail(code=self.code, message=self.message, supported=self.supported)
 
-    def reply(self, coordinator: str | None = None) -> ErrorReply:
+    def reply(self, coordinator: str | None = None) -> ErrorReply | PlainErrorReply:
         """The error body; under /v1 it names the coordinator like every /v1 reply."""
         if coordinator is None:
-            return ErrorReply(error=self.detail())
+            return PlainErrorReply(error=self.detail())
         return ErrorReply(coordinator=coordinator, error=self.detail())
 
 
@@ -56,6 +57,20 @@ class NotOwner(LaneError):
 
 class NotHolder(LaneError):
     code = "not-holder"
+    status = 403
+
+
+class RoleForbidden(LaneError):
+    """The credential's role does not include the call (docs/protocol.md#credentials)."""
+
+    code = "role-forbidden"
+    status = 403
+
+
+class MachineMismatch(LaneError):
+    """A credential bound to one machine named another (docs/protocol.md#credentials)."""
+
+    code = "machine-mismatch"
     status = 403
 
 
@@ -109,6 +124,8 @@ ERRORS: tuple[type[LaneError], ...] = (
     Unauthorized,
     NotOwner,
     NotHolder,
+    RoleForbidden,
+    MachineMismatch,
     NotFound,
     MethodNotAllowed,
     TicketNotHeld,

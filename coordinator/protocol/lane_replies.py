@@ -11,6 +11,8 @@ from typing import Any, Final, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from coordinator.protocol.json_value import JsonObject
+
 TicketState = Literal["queued", "held", "done", "expired"]
 ReceiptPhase = Literal[
     "lease-acquired", "references-applied", "provider-submitted", "provider-terminal"
@@ -43,6 +45,21 @@ IncidentKind = Literal[
     "in-flight-expired",
 ]
 ReconcileOutcome = Literal["completed", "failed", "not-found"]
+# How a ticket's in-flight job ended (docs/protocol.md#in-flight): its provider-terminal
+# receipt, a reconcile or a late release that said how the job ended, or the alarm.
+InFlightEnd = Literal[
+    "receipt",
+    "expired",
+    "reconciled:completed",
+    "reconciled:failed",
+    "reconciled:not-found",
+    "reconciled:not-submitted",
+    "reconciled:slot-busy",
+]
+CooldownReason = Literal["provider-human-check"]
+# Who answered (`Reply.coordinator`): this server on SQLite, replicas on PostgreSQL, the
+# client's local queue (coordinator.protocol.constants names each; a test keeps them equal).
+CoordinatorKind = Literal["actor-sqlite", "actor-postgres", "local-sqlite"]
 HeartbeatReason = Literal["not-held", "expired", "done", "not-owner"]
 ReleaseReason = Literal["expired", "already-done", "not-owner"]
 ErrorCode = Literal[
@@ -51,6 +68,8 @@ ErrorCode = Literal[
     "unauthorized",
     "not-owner",
     "not-holder",
+    "role-forbidden",
+    "machine-mismatch",
     "not-found",
     "method-not-allowed",
     "ticket-not-held",
@@ -72,7 +91,9 @@ class Wire(msgspec.Struct, kw_only=True, rename="camel"):
 
 
 class Reply(Wire, kw_only=True):
-    """A /v1 reply: it names the kind of coordinator that answered."""
+    """A /v1 reply: it names the kind of coordinator that answered. The field reads any
+    string (a client names the kind it refuses: docs/client.md); what a coordinator sends is
+    one of `CoordinatorKind`, and the OpenAPI document says so."""
 
     coordinator: str
 
@@ -83,19 +104,20 @@ class Reply(Wire, kw_only=True):
 class Owner(Wire, kw_only=True):
     """A ticket's owner: the (machineId, claimId) of the acquire that created it."""
 
-    machine_id: str | None
+    machine_id: str
     claim_id: str | None = None
 
 
 class Pause(Wire, kw_only=True):
     """The lane's active provider cooldown: nothing is promoted until `until`."""
 
-    reason_code: str
+    reason_code: CooldownReason
     started_at: float
     until: float
     machine_id: str
     claim_id: str | None = None
     ticket_id: str
+    credential: str | None = None  # the name of the credential that reported it
 
 
 class Ticket(Wire, kw_only=True):
@@ -104,18 +126,19 @@ class Ticket(Wire, kw_only=True):
     ticket_id: str
     lane: str
     state: TicketState
-    machine_id: str | None = None
+    machine_id: str
     claim_id: str | None = None
-    project: str | None = None
-    scene: str | None = None
-    prompt_hash: str | None = None
+    project: str
+    scene: str
+    prompt_hash: str
     position: int | None = None
     eta_seconds: float | None = None
-    enqueued_at: float | None = None
+    enqueued_at: float
     held_at: float | None = None
     lease_expires_at: float | None = None
     heartbeat_at: float | None = None
     fence: int | None = None
+    credential: str | None = None  # the name of the credential whose acquire created it
 
 
 class LaneReply(Reply, kw_only=True):
@@ -145,7 +168,7 @@ class HeartbeatReply(Reply, kw_only=True):
     state: TicketState
     lease_expires_at: float | None = None
     fence: int | None = None
-    reason: str | None = None
+    reason: HeartbeatReason | None = None
 
 
 class ReleaseReply(Reply, kw_only=True):
@@ -154,9 +177,9 @@ class ReleaseReply(Reply, kw_only=True):
 
     released: bool
     state: TicketState
-    outcome: str | None = None
+    outcome: Outcome | None = None
     promoted: list[str] = msgspec.field(default_factory=list)
-    reason: str | None = None
+    reason: ReleaseReason | None = None
 
 
 class ReconcileReply(Reply, kw_only=True):
@@ -179,6 +202,17 @@ class InFlightJob(Wire, kw_only=True):
     submitted_at: float
     since: float
     hold_until: float
+    credential: str | None = None  # the ticket's (its acquire's credential)
+
+
+class EtaError(Wire, kw_only=True):
+    """How far the lane's ETAs were off (docs/protocol.md#eta-error): over its last `grants`
+    grants (at most 100), the median and the 90th percentile (nearest rank) of
+    |etaFirstSeconds − waitSeconds|, each grant's first ETA against the wait it had."""
+
+    grants: int
+    median_seconds: float
+    p90_seconds: float
 
 
 class ReceiptReply(Reply, kw_only=True, dict=True):
@@ -241,16 +275,18 @@ class ReceiptRow(Wire, kw_only=True):
     ticket_id: str
     phase: ReceiptPhase
     machine_id: str
-    payload: dict[str, Any]
+    payload: JsonObject  # as stored: its canonical JSON decoded
     content_hash: str
     content_hash_verified: bool | None
     created_at: float
+    credential: str | None = None  # the name of the credential that wrote it
 
 
 class StatusReply(Reply, kw_only=True, dict=True):
     """A lane's held tickets (by fence) and queued ones (in promotion order, at most 200;
     `queuedTotal` counts them all), the in-flight jobs that take slots too (`inFlight`, by
-    holdUntil). `recentReceipts` (newest first, at most 50) only with
+    holdUntil), how far the lane's ETAs were off (`etaError`, null before its first grant and
+    on an unenforced lane). `recentReceipts` (newest first, at most 50) only with
     `includeReceipts: true` on an enforced lane."""
 
     # In Python, `recent_receipts` reads None when the key is absent; `unreadable_receipts` is
@@ -260,10 +296,11 @@ class StatusReply(Reply, kw_only=True, dict=True):
     capacity: int | None = None
     held: list[Ticket]
     queued: list[Ticket]
-    queued_total: int | None = None
+    queued_total: int
     pause: Pause | None = None
     now: float
     in_flight: list[InFlightJob] = msgspec.field(default_factory=list)
+    eta_error: EtaError | None = None
     receipts: list[ReceiptRow] | UnsetType = msgspec.field(default=UNSET, name="recentReceipts")
 
     @property
@@ -292,8 +329,11 @@ class StatusReply(Reply, kw_only=True, dict=True):
 
 class HistoryEntry(Wire, kw_only=True):
     """A render-log row: a ticket that reached done or expired (`lateOutcome`: what a release
-    after the lease expired reported; `inFlightUntil` / `inFlightEnded`: the in-flight job it
-    left, and how that ended — null while it holds)."""
+    after the lease expired reported; `etaFirstSeconds`: the ETA the acquire that created it
+    answered, 0 when granted at once, null for a ticket older than that record;
+    `waitSeconds`: heldAt − enqueuedAt; `inFlightUntil` / `inFlightEnded`: the in-flight job
+    it left, and how that ended — null while it holds; `credential` / `releasedBy`: the
+    credential that acquired it and the one whose release made it done)."""
 
     ticket_id: str
     project: str
@@ -301,18 +341,23 @@ class HistoryEntry(Wire, kw_only=True):
     prompt_hash: str
     machine_id: str
     claim_id: str | None = None
-    outcome: str | None = None
-    late_outcome: str | None = None
+    outcome: Outcome | None = None
+    late_outcome: ReleaseOutcome | None = None
     provider_job_id: str | None = None
     note: str | None = None
     enqueued_at: float
     held_at: float | None = None
-    ended_at: float | None = None
+    ended_at: float
+    eta_first_seconds: float | None = None
     wait_seconds: float | None = None
     hold_seconds: float | None = None
     fence: int | None = None
     in_flight_until: float | None = None
-    in_flight_ended: str | None = None
+    in_flight_ended: InFlightEnd | None = None
+    # docs/protocol.md#credentials: the credential whose acquire created the ticket, and the
+    # one whose release made it done (null: the coordinator ended it, or no release did)
+    credential: str | None = None
+    released_by: str | None = None
 
 
 class HistoryReply(Reply, kw_only=True):
@@ -323,4 +368,4 @@ class HistoryReply(Reply, kw_only=True):
     entries: list[HistoryEntry]
     counts: dict[str, int] = msgspec.field(default_factory=dict)
     retained: int = 0
-    retained_limit: int | None = None
+    retained_limit: int

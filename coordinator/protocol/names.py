@@ -9,10 +9,14 @@ import secrets
 from coordinator.protocol.errors import BadRequest
 
 _PART = r"[a-z0-9][a-z0-9._-]{0,63}"
-# Patterns end in \Z, not $: "$" also matches before a trailing newline.
-PART_PATTERN = rf"^{_PART}\Z"
-LANE_PATTERN = rf"^({_PART}):({_PART})\Z"
-MACHINE_PATTERN = r"^[A-Za-z0-9._-]{1,64}\Z"
+# The end of the text in both regex dialects the patterns are read in: Python's `re` (msgspec
+# validates with re.search, where `$` alone also matches before a trailing newline) and
+# ECMA-262 with the `u` flag (JSON Schema's dialect, where `$` is the end and Python's `\Z`
+# is no valid escape). `$(?!\n)` is the end in both: no newline can follow it.
+END = r"$(?!\n)"
+PART_PATTERN = rf"^{_PART}{END}"
+LANE_PATTERN = rf"^({_PART}):({_PART}){END}"
+MACHINE_PATTERN = rf"^[A-Za-z0-9._-]{{1,64}}{END}"
 LANE_RE = re.compile(LANE_PATTERN)
 PART_RE = re.compile(PART_PATTERN)
 MACHINE_RE = re.compile(MACHINE_PATTERN)

@@ -16,12 +16,14 @@ import rfc8785
 
 from coordinator.protocol.constants import MAX_JSON_DEPTH
 from coordinator.protocol.errors import BadRequest
+from coordinator.protocol.json_value import MAX_JSON_NUMBER
+from coordinator.protocol.names import END
 from coordinator.protocol.replies import ReceiptPhase
 
-HASH_PATTERN = r"^sha256:[0-9a-f]{64}\Z"
+HASH_PATTERN = rf"^sha256:[0-9a-f]{{64}}{END}"
 HASH_RE = re.compile(HASH_PATTERN)
 # The ticket part is everything before the last two parts (a ticket id may hold any character).
-RECEIPT_ID_PATTERN = r"^[\s\S]+:[a-z-]+:[0-9a-f]{16}\Z"
+RECEIPT_ID_PATTERN = rf"^[\s\S]+:[a-z-]+:[0-9a-f]{{16}}{END}"
 RECEIPT_ID_RE = re.compile(
     r"^(?P<ticket>.+):(?P<phase>[a-z-]+):(?P<prefix>[0-9a-f]{16})\Z", re.DOTALL
 )
@@ -99,16 +101,41 @@ def stored_payload(payload_json: str) -> dict[str, Any]:
     return payload
 
 
+_SAFE_INTEGER = 2**53 - 1
+_MAX_INTEGRAL_DOUBLE = int(MAX_JSON_NUMBER)
+
+
+def _as_double(value: int) -> float:
+    """An integer beyond ±(2^53−1) as RFC 8785 reads it: the IEEE 754 double nearest to it
+    (`10**21` is `1e21`, so it canonicalizes as `1e+21` like the literal `1e21`); 400 beyond
+    the double range, like `1e400`."""
+    if abs(value) > _MAX_INTEGRAL_DOUBLE:
+        raise BadRequest("payload: a number is beyond the IEEE 754 double range (RFC 8785)")
+    return float(value)
+
+
+def _doubles(value: Any) -> Any:
+    """`value` with every integer beyond ±(2^53−1) as its double (the depth is bounded by
+    check_payload_depth first)."""
+    if type(value) is int:
+        return value if -_SAFE_INTEGER <= value <= _SAFE_INTEGER else _as_double(value)
+    if isinstance(value, dict):
+        return {k: _doubles(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_doubles(v) for v in value]
+    return value
+
+
 def canonical_json(payload: Any) -> bytes:
     """RFC 8785 canonical bytes, or 400 naming why the payload cannot be canonicalized (one
-    nested deeper than MAX_JSON_DEPTH levels included)."""
+    nested deeper than MAX_JSON_DEPTH levels included). Every number is an IEEE 754 double,
+    however it is written (docs/protocol.md#receipts): an integer beyond ±(2^53−1) is the
+    double nearest to it, one beyond the double range is 400."""
     check_payload_depth(payload)
     try:
-        return bytes(rfc8785.dumps(payload))
-    except rfc8785.IntegerDomainError as exc:
-        raise BadRequest(
-            "payload: an integer is outside the range RFC 8785 can represent (±2^53-1)"
-        ) from exc
+        return bytes(rfc8785.dumps(_doubles(payload)))
+    except rfc8785.IntegerDomainError as exc:  # _doubles leaves none (a bool subclass?)
+        raise BadRequest("payload: cannot be canonicalized as RFC 8785 JSON") from exc
     except rfc8785.FloatDomainError as exc:
         raise BadRequest("payload: a number is not finite (RFC 8785 has no NaN/Infinity)") from exc
     except rfc8785.CanonicalizationError as exc:

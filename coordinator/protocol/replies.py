@@ -39,16 +39,21 @@ from coordinator.protocol.control_room import (
     OverviewLimits,
     OverviewLog,
     ReceiptSummary,
+    WhoamiReply,
 )
 from coordinator.protocol.lane_replies import (
     UNKNOWN,
+    CooldownReason,
     CooldownReply,
+    CoordinatorKind,
     ErrorCode,
+    EtaError,
     HeartbeatReason,
     HeartbeatReply,
     HistoryEntry,
     HistoryReply,
     IncidentKind,
+    InFlightEnd,
     InFlightJob,
     LaneReply,
     Outcome,
@@ -82,10 +87,16 @@ class ErrorDetail(Wire, kw_only=True):
 
 
 class ErrorReply(Wire, kw_only=True):
-    """Every error. Under /v1 it names the coordinator like every /v1 reply; outside /v1 it
-    has no `coordinator`. `supported` only with unsupported-protocol."""
+    """Every error under /v1: it names the coordinator like every /v1 reply. `supported`
+    only with unsupported-protocol."""
 
-    coordinator: str | UnsetType = UNSET
+    coordinator: str
+    error: ErrorDetail
+
+
+class PlainErrorReply(Wire, kw_only=True):
+    """Every error outside /v1 (the public paths and /metrics): no `coordinator`."""
+
     error: ErrorDetail
 
 
@@ -118,7 +129,9 @@ REPLIES: tuple[type[Wire], ...] = (
     MachinesReply,
     EvidenceReply,
     Overview,
+    WhoamiReply,
     ErrorReply,
+    PlainErrorReply,
     Healthz,
     Readyz,
 )
@@ -127,17 +140,21 @@ __all__ = [
     "REPLIES",
     "UNKNOWN",
     "Collision",
+    "CooldownReason",
     "CooldownReply",
     "CoordinatorEvidence",
+    "CoordinatorKind",
     "ErrorCode",
     "ErrorDetail",
     "ErrorReply",
+    "EtaError",
     "EvidenceReply",
     "Healthz",
     "HeartbeatReason",
     "HeartbeatReply",
     "HistoryEntry",
     "HistoryReply",
+    "InFlightEnd",
     "InFlightJob",
     "Incident",
     "IncidentKind",
@@ -159,6 +176,7 @@ __all__ = [
     "OverviewLog",
     "Owner",
     "Pause",
+    "PlainErrorReply",
     "Readyz",
     "ReceiptPhase",
     "ReceiptReply",
@@ -174,5 +192,6 @@ __all__ = [
     "Ticket",
     "TicketState",
     "Unknown",
+    "WhoamiReply",
     "Wire",
 ]

@@ -14,9 +14,15 @@ from msgspec import Meta
 
 from coordinator.protocol import constants as C
 from coordinator.protocol.errors import BadRequest
+from coordinator.protocol.json_value import JsonObject
 from coordinator.protocol.names import LANE_PATTERN, MACHINE_PATTERN, parse_lane
 from coordinator.protocol.receipts import HASH_PATTERN, RECEIPT_ID_PATTERN, walk_json
-from coordinator.protocol.replies import ReceiptPhase, ReconcileOutcome, ReleaseOutcome
+from coordinator.protocol.replies import (
+    CooldownReason,
+    ReceiptPhase,
+    ReconcileOutcome,
+    ReleaseOutcome,
+)
 
 EXAMPLE_LANE = "demo:main"  # what tools that generate requests from the document use
 
@@ -50,34 +56,17 @@ ReceiptId = Annotated[
         extra_json_schema={"pattern": RECEIPT_ID_PATTERN},
     ),
 ]
-# A receipt payload is any JSON object RFC 8785 can canonicalize: an integer beyond ±(2^53-1)
-# cannot be (400). Its values are described by the document's `JsonValue` schema below.
-JSON_VALUE_REF = "#/components/schemas/JsonValue"
-_SAFE_INTEGER = 2**53 - 1
-JSON_VALUE_SCHEMA: dict[str, Any] = {
-    "description": "a JSON value RFC 8785 can canonicalize (integers within ±(2^53-1))",
-    "anyOf": [
-        {"type": "null"},
-        {"type": "boolean"},
-        {"type": "string"},
-        {"type": "integer", "minimum": -_SAFE_INTEGER, "maximum": _SAFE_INTEGER},
-        {"type": "number", "not": {"type": "integer"}},
-        {"type": "array", "items": {"$ref": JSON_VALUE_REF}},
-        {"type": "object", "additionalProperties": {"$ref": JSON_VALUE_REF}},
-    ],
-}
+# A receipt payload is any JSON object (its values: `json_value.JSON_VALUE_SCHEMA`).
 Payload = Annotated[
-    dict[str, Any],
+    JsonObject,
     Meta(
         description="a JSON object; its RFC 8785 canonical form at most "
-        f"{C.MAX_RECEIPT_PAYLOAD_BYTES} bytes",
-        extra_json_schema={"additionalProperties": {"$ref": JSON_VALUE_REF}},
+        f"{C.MAX_RECEIPT_PAYLOAD_BYTES} bytes"
     ),
 ]
 HistoryLimit = Annotated[int, Meta(ge=1, le=C.MAX_HISTORY_LIMIT)]
 ProviderJobId = Annotated[str, Meta(max_length=C.MAX_PROVIDER_JOB_CHARS)]
 Note = Annotated[str, Meta(max_length=C.MAX_NOTE_CHARS)]
-CooldownReason = Literal["provider-human-check"]
 # Any other integer is answered 400 unsupported-protocol (with the supported versions).
 ProtocolVersion = Literal[1]
 

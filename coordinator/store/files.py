@@ -9,6 +9,7 @@ import fcntl
 import os
 import sqlite3
 import stat
+import tempfile
 from pathlib import Path
 
 from coordinator.errors import StoreError
@@ -50,18 +51,43 @@ def make_private_dir(path: Path) -> None:
 
 
 def copy_lane_file(src: Path, dest: Path) -> None:
-    """A consistent copy of a lane file (raw, no migrations applied) via the backup API."""
+    """A consistent copy of a lane file (raw, no migrations applied) via the backup API,
+    leaving the source as it was. A file no process has open (no -wal or -shm beside it: a
+    stopped server's data dir, a backup) is read `immutable`, so SQLite creates no -wal/-shm
+    beside it; should it change meanwhile (a server opened it), it is copied again the
+    ordinary way. A file that is not a database is refused as the server refuses it
+    (`corrupt file (file is not a database)`); StoreError carries the reason."""
+    check_lane_header(src)
     try:
         make_private_file(dest)
-        s = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
-        d = sqlite3.connect(dest)
-        try:
-            s.backup(d)
-        finally:
-            s.close()
-            d.close()
+        quiet = not _has_side_files(src)
+        before = _stat_key(src)
+        _backup(src, dest, immutable=quiet)
+        if quiet and (_has_side_files(src) or _stat_key(src) != before):
+            _backup(src, dest, immutable=False)
     except (sqlite3.Error, OSError) as exc:
-        raise StoreError(f"cannot copy lane file {src.name}") from exc
+        reason = open_failure_reason(exc)
+        raise StoreError(f"cannot copy lane file {src.name}: {reason}", reason=reason) from exc
+
+
+def _has_side_files(path: Path) -> bool:
+    return any(path.with_name(path.name + s).exists() for s in ("-wal", "-shm"))
+
+
+def _stat_key(path: Path) -> tuple[int, int, int, int]:
+    st = path.stat()
+    return st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns
+
+
+def _backup(src: Path, dest: Path, *, immutable: bool) -> None:
+    flags = "mode=ro&immutable=1" if immutable else "mode=ro"
+    s = sqlite3.connect(f"file:{src}?{flags}", uri=True)
+    d = sqlite3.connect(dest)
+    try:
+        s.backup(d)
+    finally:
+        s.close()
+        d.close()
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -171,6 +197,33 @@ def open_failure_reason(exc: BaseException) -> str:
 
 
 READY_PROBE_NAME = ".readyz-probe"  # not a lane file name: never listed as a lane
+# What refuses a data dir at start (a full disk does not: a restart serves reads from it).
+_REFUSING_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+
+
+def data_dir_refused(data_dir: Path) -> str | None:
+    """Why this process can never create lane files in `data_dir` (None: it can), found by a
+    real create, since mode checks lie for root: the probe file in an existing dir, else a
+    probe directory in its nearest existing parent (removed at once: `check` creates
+    nothing). A permission or read-only file system refuses; a full disk does not."""
+    target = data_dir
+    while not target.exists() and target != target.parent:
+        target = target.parent
+    try:
+        if target == data_dir:
+            probe = data_dir / f".lane-probe-{os.getpid()}"  # not /readyz's: a server may run
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE))
+            os.unlink(probe)
+        else:
+            os.rmdir(tempfile.mkdtemp(prefix=".lane-probe-", dir=target))
+    except OSError as exc:
+        if exc.errno not in _REFUSING_ERRNOS:
+            return None
+        why = f"{exc.strerror} (uid {os.geteuid()})"
+        if target == data_dir:
+            return f"data dir: {data_dir} is not writable: {why}"
+        return f"data dir: {data_dir} cannot be created: {why} in {target}"
+    return None
 
 
 def data_dir_unwritable(data_dir: Path) -> str | None:

@@ -76,6 +76,7 @@ from coordinator.store.migrate import migrations as lane_migrations
 from coordinator.store.postgres_db import Conn, connect, redact_dsn, schema_status
 from coordinator.store.postgres_writes import write_changes
 from coordinator.store.rows import (
+    INCIDENT_COLUMNS,
     PAUSE_COLUMNS,
     RECEIPT_COLUMNS,
     TICKET_COLUMNS,
@@ -457,14 +458,12 @@ def _copy_rows(db: Conn, lane: str, src: sqlite3.Connection, head: _Head) -> Non
             with db.pipeline():
                 write_changes(db, lane, batch)
     # incidents keep their ids and detail text (not the Change, which numbers them anew)
-    cur = src.execute(
-        "SELECT id, kind, at, ticket_id, machine_id, detail FROM incidents ORDER BY id"
-    )
+    cur = src.execute(f"SELECT id, {INCIDENT_COLUMNS} FROM incidents ORDER BY id")
+    marks = ", ".join(["%s"] * (INCIDENT_COLUMNS.count(",") + 3))
     while rows := cur.fetchmany(BATCH):
         with db.cursor() as c:
             c.executemany(
-                "INSERT INTO incidents (lane, id, kind, at, ticket_id, machine_id, detail) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                f"INSERT INTO incidents (lane, id, {INCIDENT_COLUMNS}) VALUES ({marks})",
                 [(lane, *tuple(r)) for r in rows],
             )
 

@@ -36,7 +36,7 @@ from psycopg.pq.abc import PGresult
 from psycopg.rows import DictRow
 
 from coordinator import failpoints
-from coordinator.constants import ETA_HOLD_SAMPLE_SIZE, EVIDENCE_RECENT_SECONDS
+from coordinator.constants import ETA_ERROR_GRANTS, ETA_HOLD_WINDOW, EVIDENCE_RECENT_SECONDS
 from coordinator.engine.model import Change, IncidentKind, LaneSnapshot
 from coordinator.engine.store import LaneHead, LoopLockingStore, Writes
 from coordinator.errors import StoreError
@@ -50,6 +50,7 @@ from coordinator.store.postgres_db import (
     connect,
     known_lanes,
     lanes_due,
+    libpq_reason,
     migrate,
     migrations,
     redact_dsn,
@@ -60,6 +61,7 @@ from coordinator.store.reads import POSTGRES_READS, LaneReads
 from coordinator.store.rows import (
     ENDED,
     PAUSE_COLUMNS,
+    eta_errors_from_rows,
     holds_from_rows,
     pause_from_row,
     projects_from_rows,
@@ -137,6 +139,9 @@ class PostgresLaneStore(LaneReads, LoopLockingStore):
     from `source` from `begin_load` to `commit`/`abort`; a read outside one borrows a session."""
 
     _reads = POSTGRES_READS
+
+    def driver_reason(self, exc: Exception) -> str | None:
+        return libpq_reason(exc, self._dsn)  # libpq's text, the password masked
 
     def __init__(
         self,
@@ -367,8 +372,12 @@ class PostgresLaneStore(LaneReads, LoopLockingStore):
             if isinstance(exc, psycopg.OperationalError) and db.closed:
                 return None  # lost while idle: nothing of the lane was done in it
             if isinstance(exc, psycopg.errors.LockNotAvailable):
-                raise StoreError(f"lane store for {self.lane} is busy") from exc
-            raise StoreError(f"lane store for {self.lane} is unavailable") from exc
+                raise StoreError(
+                    f"lane store for {self.lane} is busy", reason=self.driver_reason(exc)
+                ) from exc
+            raise StoreError(
+                f"lane store for {self.lane} is unavailable", reason=self.driver_reason(exc)
+            ) from exc
         except BaseException:
             self._txn = None
             self._source.put(db, broken=True)
@@ -387,9 +396,13 @@ class PostgresLaneStore(LaneReads, LoopLockingStore):
             batch, at = self._commit_batch(db, writes)
             version = value((await batch.run_here())[at], 0)
         except psycopg.errors.DivisionByZero as exc:
-            raise StoreError(f"lane store for {self.lane} lost its lanes row") from exc
+            raise StoreError(
+                f"lane store for {self.lane} lost its lanes row", reason=self.driver_reason(exc)
+            ) from exc
         except psycopg.Error as exc:
-            raise StoreError(f"cannot commit to lane store for {self.lane}") from exc
+            raise StoreError(
+                f"cannot commit to lane store for {self.lane}", reason=self.driver_reason(exc)
+            ) from exc
         return self._committed(db, version)
 
     def abort(self) -> None:
@@ -454,16 +467,17 @@ class PostgresLaneStore(LaneReads, LoopLockingStore):
                 (q.live, (lane,)),
                 (_LOAD_HEAD, (IncidentKind.DUPLICATE_COLLISION.value, lane)),
                 (q.projects, (lane,)),
-                (q.holds, (lane, ETA_HOLD_SAMPLE_SIZE)),
+                (q.holds, (lane, ETA_HOLD_WINDOW)),
                 (q.seen, (lane, lane, EVIDENCE_RECENT_SECONDS)),
                 (q.in_flight, (lane,)),
+                (q.eta_errors, (lane, ETA_ERROR_GRANTS)),
             )
         ]
 
     def _snapshot(self, reads: list[psycopg.Cursor[DictRow]]) -> LaneSnapshot:
         """The lane's state from the results of `_queue_load`."""
         lane = self.lane
-        live, head, projects, holds, seen, in_flight = (c.fetchall() for c in reads)
+        live, head, projects, holds, seen, in_flight, eta_errors = (c.fetchall() for c in reads)
         snap = LaneSnapshot()
         snap.live = [ticket_from_row(r, lane) for r in live]
         snap.in_flight = [ticket_from_row(r, lane) for r in in_flight]
@@ -479,5 +493,6 @@ class PostgresLaneStore(LaneReads, LoopLockingStore):
             snap.last_collision = json.loads(h["collision"])
         snap.project_served = projects_from_rows(projects)
         snap.recent_holds = holds_from_rows(holds)
+        snap.recent_eta_errors = eta_errors_from_rows(eta_errors)
         snap.machines_seen = seen_from_rows(seen)
         return snap

@@ -43,6 +43,24 @@ def redact_dsn(dsn: str) -> str:
     return psycopg.conninfo.make_conninfo("", **params)
 
 
+REASON_MAX_CHARS = 300
+
+
+def libpq_reason(exc: BaseException, dsn: str | None = None) -> str:
+    """Why libpq (or the server) refused, for messages and logs: its text on one line
+    ('connection to server at "db", port 5432 failed: FATAL:  password authentication failed
+    for user "lanes"', 'database "x" does not exist', 'Connection refused'), with the DSN's
+    password masked should it ever appear, at most REASON_MAX_CHARS."""
+    text = " ".join(str(exc).split()).removeprefix("connection failed: ")
+    try:
+        password = psycopg.conninfo.conninfo_to_dict(dsn).get("password") if dsn else None
+    except psycopg.Error:
+        password = None
+    if password:
+        text = text.replace(str(password), "***")
+    return text[:REASON_MAX_CHARS] or type(exc).__name__
+
+
 APPLICATION_NAME = "lane-coordinator"  # every session but the LISTEN one
 # server_version_num of the first PostgreSQL with `transaction_timeout` (17)
 TRANSACTION_TIMEOUT_SINCE = 170000
@@ -176,7 +194,10 @@ def connect(
             application_name=APPLICATION_NAME,
         )
     except psycopg.Error as exc:
-        raise StoreError(f"cannot connect to PostgreSQL at {redact_dsn(dsn)}") from exc
+        why = libpq_reason(exc, dsn)
+        raise StoreError(
+            f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {why}", reason=why
+        ) from exc
     try:
         conn.execute(stall.timeouts_sql(conn.info.server_version))
         with contextlib.suppress(*TCP_REFUSED):
@@ -187,7 +208,10 @@ def connect(
     except BaseException as exc:
         conn.close()
         if isinstance(exc, psycopg.Error):
-            raise StoreError(f"cannot set up a session at {redact_dsn(dsn)}") from exc
+            why = libpq_reason(exc, dsn)
+            raise StoreError(
+                f"cannot set up a session at {redact_dsn(dsn)}: {why}", reason=why
+            ) from exc
         raise
     return conn
 
@@ -405,7 +429,10 @@ def migrate(dsn: str, *, upto: int | None = None) -> list[str]:
                 )
                 done.append(name)
     except psycopg.Error as exc:
-        raise StoreError(f"cannot migrate the database at {redact_dsn(dsn)}") from exc
+        why = libpq_reason(exc, dsn)
+        raise StoreError(
+            f"cannot migrate the database at {redact_dsn(dsn)}: {why}", reason=why
+        ) from exc
     finally:
         conn.close()
     return done

@@ -147,4 +147,7 @@ class PostgresStorage:
                 if lost is not None:
                     with contextlib.suppress(psycopg.Error, OSError):
                         lost.close()
-                raise StoreError("the PostgreSQL database is unreachable") from exc
+                why = db.libpq_reason(exc, self.dsn)
+                raise StoreError(
+                    f"the PostgreSQL database is unreachable: {why}", reason=why
+                ) from exc

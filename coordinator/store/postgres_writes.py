@@ -24,10 +24,11 @@ from coordinator.engine.model import (
 )
 from coordinator.store.reads import POSTGRES_READS
 from coordinator.store.rows import (
+    INCIDENT_COLUMNS,
     PAUSE_COLUMNS,
     RECEIPT_COLUMNS,
     coalesce,
-    detail_json,
+    incident_values,
     pause_values,
     receipt_values,
     ticket_upsert,
@@ -57,6 +58,24 @@ def split_counters(changes: Sequence[Change]) -> tuple[list[Change], PutCounters
     return rest, counters
 
 
+def _marks(columns: str) -> str:
+    """One "%s" per column of a column list."""
+    return ", ".join(["%s"] * (columns.count(",") + 1))
+
+
+_PAUSE_INSERT = f"INSERT INTO pauses (lane, {PAUSE_COLUMNS}) VALUES (%s, {_marks(PAUSE_COLUMNS)})"
+_RECEIPT_INSERT = (
+    f"INSERT INTO receipts (lane, {RECEIPT_COLUMNS}) VALUES (%s, {_marks(RECEIPT_COLUMNS)})"
+)
+# the incident's id: the lane's next (incidents are numbered per lane)
+_INCIDENT_INSERT = (
+    "WITH n AS (UPDATE lanes SET last_incident = last_incident + 1 "
+    "WHERE lane = %s RETURNING last_incident) "
+    f"INSERT INTO incidents (lane, id, {INCIDENT_COLUMNS}) "
+    f"SELECT %s, n.last_incident, {_marks(INCIDENT_COLUMNS)} FROM n"
+)
+
+
 def write_changes(db: Executes, lane: str, changes: Sequence[Change]) -> None:
     """Write each change of one lane (the caller holds the lane's transaction), superseded
     ticket and counter writes dropped; the same semantics as the SQLite store's apply."""
@@ -78,34 +97,11 @@ def write_changes(db: Executes, lane: str, changes: Sequence[Change]) -> None:
         elif isinstance(ch, PutPause):
             db.execute("DELETE FROM pauses WHERE lane = %s", (lane,))
             if ch.pause is not None:
-                db.execute(
-                    f"INSERT INTO pauses (lane, {PAUSE_COLUMNS}) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                    (lane, *pause_values(ch.pause)),
-                )
+                db.execute(_PAUSE_INSERT, (lane, *pause_values(ch.pause)))
         elif isinstance(ch, PutReceipt):
-            db.execute(
-                f"INSERT INTO receipts (lane, {RECEIPT_COLUMNS}) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                (lane, *receipt_values(ch.receipt)),
-            )
+            db.execute(_RECEIPT_INSERT, (lane, *receipt_values(ch.receipt)))
         elif isinstance(ch, PutIncident):
-            i = ch.incident
-            db.execute(
-                "WITH n AS (UPDATE lanes SET last_incident = last_incident + 1 "
-                "WHERE lane = %s RETURNING last_incident) "
-                "INSERT INTO incidents (lane, id, kind, at, ticket_id, machine_id, detail) "
-                "SELECT %s, n.last_incident, %s, %s, %s, %s, %s FROM n",
-                (
-                    lane,
-                    lane,
-                    i.kind,
-                    i.at,
-                    i.ticket_id,
-                    i.machine_id,
-                    detail_json(i),
-                ),
-            )
+            db.execute(_INCIDENT_INSERT, (lane, lane, *incident_values(ch.incident)))
         elif isinstance(ch, PruneHistory):
             db.execute(
                 f"WITH old AS ({POSTGRES_READS.oldest_ended}), "

@@ -19,6 +19,7 @@ from coordinator.engine.model import Incident, Receipt, Ticket
 from coordinator.store.rows import (
     ENDED,
     HOLDS_IN_FLIGHT,
+    INCIDENT_COLUMNS,
     RECEIPT_COLUMNS,
     TICKET_COLUMNS,
     Row,
@@ -55,7 +56,16 @@ class ReadQueries:
         self.in_flight = f"{tickets} WHERE {lane}{HOLDS_IN_FLIGHT} ORDER BY in_flight_until"
         self.projects = f"SELECT project, last_fence FROM projects{where_lane}"
         self.holds = (
-            f"SELECT ended_at - held_at AS d FROM tickets {ended} AND held_at IS NOT NULL {log} {p}"
+            f"SELECT project, ended_at - held_at AS d FROM tickets {ended} AND held_at IS NOT NULL "
+            f"{log} {p}"
+        )
+        # the lane's last grants, by fence (a grant's fence: its index), for their ETA errors:
+        # every ticket ever granted that is still stored (held, in flight or in the render
+        # log) and was given a first ETA
+        self.eta_errors = (
+            f"SELECT eta_first_seconds, enqueued_at, held_at FROM tickets WHERE {lane}"
+            "fence IS NOT NULL AND held_at IS NOT NULL AND eta_first_seconds IS NOT NULL "
+            f"ORDER BY fence DESC LIMIT {p}"
         )
         self.seen = (
             f"SELECT machine_id, last_seen_at FROM machines_seen WHERE {lane}last_seen_at >= "
@@ -73,8 +83,7 @@ class ReadQueries:
         self.project_history = f"{tickets} {ended} AND project = {p} {log} {p}"
         self.history_count = f"SELECT count(*) AS n FROM tickets {ended}"
         self.incidents = (
-            f"SELECT id, kind, at, ticket_id, machine_id, detail FROM incidents{where_lane} "
-            f"ORDER BY id DESC LIMIT {p}"
+            f"SELECT id, {INCIDENT_COLUMNS} FROM incidents{where_lane} ORDER BY id DESC LIMIT {p}"
         )
         # the ended tickets a history prune removes first (never one whose in-flight job
         # still holds a slot: the lane loads it from its row)

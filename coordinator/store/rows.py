@@ -1,8 +1,8 @@
 """What the lane stores share (coordinator/store/sqlite.py and postgres.py): the ticket,
 receipt and pause columns, the ticket upsert, the parameters a ticket/receipt/pause is written
 with, a ticket/receipt/pause/incident from its row (sqlite3.Row or psycopg's DictRow), the
-machines seen, projects served and hold durations a snapshot loads, and the coalescing of a
-batch of changes before it is written. The read queries are in reads.py."""
+machines seen, projects served, hold durations and ETA errors a snapshot loads, and the
+coalescing of a batch of changes before it is written. The read queries are in reads.py."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from coordinator.constants import EVIDENCE_RECENT_SECONDS
+from coordinator.engine.eta_error import grant_error
 from coordinator.engine.model import (
     Change,
     Incident,
@@ -35,9 +36,10 @@ TICKET_COLUMNS = (
     "ticket_id, seq, state, machine_id, claim_id, project, scene, prompt_hash, enqueued_at, "
     "lease_seconds, last_seen_at, held_at, lease_expires_at, heartbeat_at, fence, outcome, "
     "late_outcome, provider_job_id, note, ended_at, submitted_at, terminal_at, in_flight_until, "
-    "in_flight_ended"
+    "in_flight_ended, eta_first_seconds, credential, released_by"
 )
-# The columns a ticket's later writes change (the upsert's DO UPDATE, SQLite's plain UPDATE).
+# The columns a ticket's later writes change (the upsert's DO UPDATE, SQLite's plain UPDATE);
+# `eta_first_seconds` is not one: the acquire that makes the ticket writes it with its row.
 _UPDATED = (
     "state",
     "last_seen_at",
@@ -55,6 +57,7 @@ _UPDATED = (
     "terminal_at",
     "in_flight_until",
     "in_flight_ended",
+    "released_by",
 )
 _TICKET_UPDATE = "DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in _UPDATED)
 
@@ -79,9 +82,10 @@ ENDED = "state IN ('done', 'expired')"
 HOLDS_IN_FLIGHT = "in_flight_until IS NOT NULL AND in_flight_ended IS NULL"
 RECEIPT_COLUMNS = (
     "receipt_id, ticket_id, phase, machine_id, payload, content_hash, content_hash_verified, "
-    "created_at"
+    "created_at, credential"
 )
-PAUSE_COLUMNS = "reason_code, started_at, until, machine_id, claim_id, ticket_id"
+PAUSE_COLUMNS = "reason_code, started_at, until, machine_id, claim_id, ticket_id, credential"
+INCIDENT_COLUMNS = "kind, at, ticket_id, machine_id, detail, credential"
 
 # The evidence's machines seen (migrations 0004 / pg 0002): one row per machine (and lane).
 # A snapshot loads the rows of the last hour, the most recent MACHINES_LISTED_MAX at most.
@@ -109,9 +113,19 @@ def projects_from_rows(rows: Sequence[Row]) -> dict[str, int]:
     return {r["project"]: int(r["last_fence"]) for r in rows}
 
 
-def holds_from_rows(rows: Sequence[Row]) -> list[float]:
-    """The recent hold durations, the oldest first (ReadQueries.holds reads the newest first)."""
-    return [max(0.0, float(r["d"])) for r in reversed(rows)]
+def holds_from_rows(rows: Sequence[Row]) -> list[tuple[str, float]]:
+    """The recent holds (project, seconds), the oldest first (ReadQueries.holds reads the
+    newest first)."""
+    return [(r["project"], max(0.0, float(r["d"]))) for r in reversed(rows)]
+
+
+def eta_errors_from_rows(rows: Sequence[Row]) -> list[float]:
+    """The ETA errors of the lane's last grants, the oldest first (ReadQueries.eta_errors
+    reads the newest first)."""
+    return [
+        grant_error(float(r["eta_first_seconds"]), float(r["enqueued_at"]), float(r["held_at"]))
+        for r in reversed(rows)
+    ]
 
 
 def ticket_from_row(row: Row, lane: str) -> Ticket:
@@ -141,6 +155,9 @@ def ticket_from_row(row: Row, lane: str) -> Ticket:
         terminal_at=row["terminal_at"],
         in_flight_until=row["in_flight_until"],
         in_flight_ended=row["in_flight_ended"],
+        eta_first_seconds=row["eta_first_seconds"],
+        credential=row["credential"],
+        released_by=row["released_by"],
     )
 
 
@@ -155,6 +172,7 @@ def receipt_from_row(row: Row) -> Receipt:
         content_hash=row["content_hash"],
         content_hash_verified=None if v is None else bool(v),
         created_at=row["created_at"],
+        credential=row["credential"],
     )
 
 
@@ -166,6 +184,7 @@ def pause_from_row(r: Row) -> Pause:
         r["machine_id"],
         r["claim_id"],
         r["ticket_id"],
+        r["credential"],
     )
 
 
@@ -175,11 +194,19 @@ def incident_from_row(r: Row) -> tuple[int, Incident]:
         detail = json.loads(r["detail"])
     except ValueError:
         detail = {}
-    return int(r["id"]), Incident(r["kind"], r["at"], r["ticket_id"], r["machine_id"], detail)
+    incident = Incident(
+        r["kind"], r["at"], r["ticket_id"], r["machine_id"], detail, r["credential"]
+    )
+    return int(r["id"]), incident
 
 
 def detail_json(incident: Incident) -> str:
     return json.dumps(incident.detail, separators=(",", ":"), sort_keys=True)
+
+
+def incident_values(i: Incident) -> tuple[Any, ...]:
+    """An incident's parameters in `INCIDENT_COLUMNS` order."""
+    return (i.kind, i.at, i.ticket_id, i.machine_id, detail_json(i), i.credential)
 
 
 def ticket_values(t: Ticket) -> tuple[Any, ...]:
@@ -209,6 +236,9 @@ def ticket_values(t: Ticket) -> tuple[Any, ...]:
         t.terminal_at,
         t.in_flight_until,
         t.in_flight_ended,
+        t.eta_first_seconds,
+        t.credential,
+        t.released_by,
     )
 
 
@@ -231,13 +261,22 @@ def ticket_update_values(t: Ticket) -> tuple[Any, ...]:
         t.terminal_at,
         t.in_flight_until,
         t.in_flight_ended,
+        t.released_by,
         t.ticket_id,
     )
 
 
 def pause_values(p: Pause) -> tuple[Any, ...]:
     """A pause's parameters in `PAUSE_COLUMNS` order."""
-    return (p.reason_code, p.started_at, p.until, p.machine_id, p.claim_id, p.ticket_id)
+    return (
+        p.reason_code,
+        p.started_at,
+        p.until,
+        p.machine_id,
+        p.claim_id,
+        p.ticket_id,
+        p.credential,
+    )
 
 
 def receipt_values(r: Receipt) -> tuple[Any, ...]:
@@ -252,6 +291,7 @@ def receipt_values(r: Receipt) -> tuple[Any, ...]:
         r.content_hash,
         r.content_hash_verified,
         r.created_at,
+        r.credential,
     )
 
 

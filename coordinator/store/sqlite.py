@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.constants import (
-    ETA_HOLD_SAMPLE_SIZE,
+    ETA_ERROR_GRANTS,
+    ETA_HOLD_WINDOW,
     OPEN_ATTEMPTS,
     OPEN_RETRY_SECONDS,
     STORE_BUSY_TIMEOUT_MS,
@@ -44,6 +45,7 @@ from coordinator.store.migrate import apply_migrations, latest_migration, migrat
 from coordinator.store.reads import SQLITE_READS, LaneReads
 from coordinator.store.rows import (
     PAUSE_COLUMNS,
+    eta_errors_from_rows,
     holds_from_rows,
     pause_from_row,
     projects_from_rows,
@@ -378,7 +380,8 @@ class SqliteLaneStore(LaneReads, SqliteTransaction):
         rows = self._read(f"SELECT {PAUSE_COLUMNS} FROM pause")
         if rows:
             snap.pause = pause_from_row(rows[0])
-        snap.recent_holds = holds_from_rows(self._read(q.holds, (ETA_HOLD_SAMPLE_SIZE,)))
+        snap.recent_holds = holds_from_rows(self._read(q.holds, (ETA_HOLD_WINDOW,)))
+        snap.recent_eta_errors = eta_errors_from_rows(self._read(q.eta_errors, (ETA_ERROR_GRANTS,)))
         snap.history_count = self.history_count()
         snap.incident_count = int(self._read("SELECT count(*) AS n FROM incidents")[0]["n"])
         coll = self._read(

@@ -16,6 +16,7 @@ from coordinator.protocol.names import lane_file_name, lane_from_file_name
 from coordinator.store.deadline_index import DeadlineIndex, Key, stat_key, write_index
 from coordinator.store.files import (
     TEMP_MARK,
+    data_dir_refused,
     data_dir_unwritable,
     is_empty_file,
     make_private_dir,
@@ -54,6 +55,9 @@ class SqliteStorage:
         if self.data_dir.is_dir() and self.data_dir.stat().st_mode & 0o077:
             # Its lane files are 0600 anyway; the directory's mode is the operator's choice.
             log.warning("data_dir.not_private", data_dir=str(self.data_dir), hint="chmod 700")
+        refused = data_dir_refused(self.data_dir)
+        if refused is not None:
+            raise ConfigError(refused)
         make_private_dir(self.data_dir)
         self._lock.acquire()
         self._remove_temp_files()

@@ -8,7 +8,7 @@ import socket
 import time
 from pathlib import Path
 
-from tests.harness import CoordinatorProcess
+from tests.harness import CoordinatorProcess, write_token_file
 
 TOKEN = "malformed-token-0123456789-abcdefghijklmnopqrstu"
 SECRETISH = "Bearer-looking-" + "s" * 40
@@ -23,7 +23,7 @@ RAW_REQUESTS = [
 
 
 def test_malformed_http_is_refused_without_a_traceback(tmp_path: Path) -> None:
-    (tmp_path / "token").write_text(TOKEN, encoding="utf-8")
+    write_token_file(tmp_path / "token", TOKEN)
     (tmp_path / "c.toml").write_text("[routes.solo]\ncapacity = 1\n", encoding="utf-8")
     srv = CoordinatorProcess(tmp_path / "data", tmp_path / "token", tmp_path / "c.toml")
     try:

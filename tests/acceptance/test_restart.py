@@ -1,5 +1,6 @@
 """docs/protocol.md#durability and docs/protocol.md#server-config acceptance: the real
-`lane-coordinator` process, killed with SIGKILL and restarted on the same data dir; and the
+`lane-coordinator` process, killed with SIGKILL and restarted on the same data dir (every
+acknowledged row; in-flight holds, docs/protocol.md#in-flight, with their holdUntil); and the
 `check` / `serve` refusals an operator sees.
 
 The subprocess harness is tests/harness/subproc.py (port 0, output read by a thread).
@@ -17,11 +18,15 @@ from typing import Any
 import pytest
 import rfc8785
 
-from tests.harness import CoordinatorProcess, cli
+from tests.harness import CoordinatorProcess, cli, write_token_file
 
 TOKEN = "acceptance-token-0123456789-abcdefghijklmnopqrstu"  # 49 bytes
-SOLO, DUO = "solo:main", "duo:main"
-CONFIG = "[routes.solo]\ncapacity = 1\n[routes.duo]\ncapacity = 2\n"
+SOLO, DUO, BRIEF = "solo:main", "duo:main", "brief:main"
+BRIEF_HOLD = 20.0  # route brief's in_flight_hold_seconds: a hold that ends while the server is down
+CONFIG = (
+    "[routes.solo]\ncapacity = 1\n[routes.duo]\ncapacity = 2\n"
+    f"[routes.brief]\ncapacity = 1\nin_flight_hold_seconds = {BRIEF_HOLD:g}\n"
+)
 SHORT_LEASE = 15.0  # the protocol's minimum
 
 
@@ -31,7 +36,7 @@ def setup_dir(tmp_path: Path) -> tuple[Path, Path, Path]:
     config = tmp_path / "coordinator.toml"
     config.write_text(CONFIG, encoding="utf-8")
     token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n", encoding="utf-8")
+    write_token_file(token_file, TOKEN)
     token_file.chmod(0o600)
     return data, config, token_file
 
@@ -200,6 +205,85 @@ def test_kill_9_and_restart_keeps_every_acknowledged_row(
     [row2] = [e for e in hist["entries"] if e["ticketId"] == t2["ticketId"]]
     assert row2["outcome"] == "expired" and row2["endedAt"] == held2["leaseExpiresAt"]
     assert got["ticket"]["fence"] == held2["fence"] + 1
+
+
+def _incidents(srv: CoordinatorProcess, lane: str) -> list[dict[str, Any]]:
+    status, body = srv.request("GET", f"/v1/incidents?lane={lane}", TOKEN)
+    assert status == 200, body
+    rows: list[dict[str, Any]] = body["incidents"]
+    return rows
+
+
+def test_in_flight_holds_survive_kill_9_and_a_hold_that_ran_out_meanwhile_ends_at_restart(
+    setup_dir: tuple[Path, Path, Path], servers: Callable[..., CoordinatorProcess]
+) -> None:
+    """Two expired tickets with a provider-submitted receipt (and no provider-terminal) each
+    keep their slot: on solo (hold 1800 s) and brief (hold 20 s), a waiter behind each. kill -9
+    once both holds are made; the server stays down past brief's holdUntil. At restart solo's
+    hold is there with its exact holdUntil (its waiter still queued); brief's is ended by the
+    alarm as `expired` at its holdUntil and its waiter promoted."""
+    data, config, token_file = setup_dir
+    s1 = servers(data, token_file, config)
+    jobs: dict[str, dict[str, Any]] = {}
+    waiters: dict[str, dict[str, Any]] = {}
+    for lane in (SOLO, BRIEF):
+        jobs[lane] = _acquire(s1, lane, "mA", f"job-{lane}", leaseSeconds=SHORT_LEASE)
+        waiters[lane] = _acquire(s1, lane, "mB", f"wait-{lane}")
+        assert (jobs[lane]["state"], waiters[lane]["state"]) == ("held", "queued")
+        _op(s1, "receipt", _receipt(jobs[lane], "provider-submitted", {"job": lane}), 201)
+    expiry = max(j["leaseExpiresAt"] for j in jobs.values())
+    time.sleep(max(0.0, expiry - time.time()) + 0.5)  # the alarm reaps both leases
+    before = {lane: _op(s1, "status", {"lane": lane}) for lane in (SOLO, BRIEF)}
+    for lane, st in before.items():
+        assert st["held"] == [] and [t["ticketId"] for t in st["queued"]] == [
+            waiters[lane]["ticketId"]
+        ], st  # nobody promoted: the job keeps the slot
+        [hold] = st["inFlight"]
+        assert (hold["ticketId"], hold["since"]) == (
+            jobs[lane]["ticketId"], jobs[lane]["leaseExpiresAt"],
+        )  # fmt: skip
+    brief_until = before[BRIEF]["inFlight"][0]["holdUntil"]
+    solo_hold = before[SOLO]["inFlight"][0]
+    assert brief_until == before[BRIEF]["inFlight"][0]["submittedAt"] + BRIEF_HOLD
+    assert solo_hold["holdUntil"] == solo_hold["submittedAt"] + 1800
+    _kill9(s1)
+    assert time.time() < brief_until, "too slow: brief's hold ran out before the kill; rerun"
+
+    time.sleep(max(0.0, brief_until - time.time()) + 1.0)  # down past brief's holdUntil
+    restarted = time.time()
+    s2 = servers(data, token_file, config)
+    deadline = time.monotonic() + 30  # the alarm at restart ends brief's hold (a read: no op)
+    while not any(i["kind"] == "in-flight-expired" for i in _incidents(s2, BRIEF)):
+        assert time.monotonic() < deadline, _incidents(s2, BRIEF)
+        time.sleep(0.1)
+    [ended] = [i for i in _incidents(s2, BRIEF) if i["kind"] == "in-flight-expired"]
+    assert ended["ticketId"] == jobs[BRIEF]["ticketId"] and ended["at"] == brief_until
+    st = _op(s2, "status", {"lane": BRIEF})
+    assert st["inFlight"] == [] and [t["ticketId"] for t in st["held"]] == [
+        waiters[BRIEF]["ticketId"]
+    ]
+    granted = st["held"][0]
+    assert granted["fence"] == jobs[BRIEF]["fence"] + 1
+    assert brief_until < restarted <= granted["heldAt"]  # promoted at restart, not before
+    [row] = [e for e in _op(s2, "history", {"lane": BRIEF})["entries"]
+             if e["ticketId"] == jobs[BRIEF]["ticketId"]]  # fmt: skip
+    assert (row["outcome"], row["inFlightUntil"], row["inFlightEnded"]) == (
+        "expired", brief_until, "expired",
+    )  # fmt: skip
+
+    # solo: the hold as it was acknowledged, holdUntil to the microsecond; nobody promoted
+    st = _op(s2, "status", {"lane": SOLO})
+    assert st["inFlight"] == before[SOLO]["inFlight"] and st["held"] == []
+    assert [t["ticketId"] for t in st["queued"]] == [waiters[SOLO]["ticketId"]]
+    [row] = [e for e in _op(s2, "history", {"lane": SOLO})["entries"]
+             if e["ticketId"] == jobs[SOLO]["ticketId"]]  # fmt: skip
+    assert (row["inFlightUntil"], row["inFlightEnded"]) == (solo_hold["holdUntil"], None)
+    # and it still works: the provider-terminal receipt ends it and promotes the waiter
+    _op(s2, "receipt", _receipt(jobs[SOLO], "provider-terminal", {"job": SOLO}), 201)
+    st = _op(s2, "status", {"lane": SOLO})
+    assert st["inFlight"] == [] and [t["ticketId"] for t in st["held"]] == [
+        waiters[SOLO]["ticketId"]
+    ]
 
 
 def test_clean_restart_and_check_on_a_used_data_dir(

@@ -10,14 +10,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.harness import CoordinatorProcess
+from tests.harness import CoordinatorProcess, write_token_file
 
 TOKEN = "shutdown-token-0123456789-abcdefghijklmnopqrstu"
 CONFIG = "[routes.solo]\ncapacity = 1\n"
 
 
 def test_sigterm_answers_parked_long_polls_and_exits_promptly(tmp_path: Path) -> None:
-    (tmp_path / "token").write_text(TOKEN, encoding="utf-8")
+    write_token_file(tmp_path / "token", TOKEN)
     (tmp_path / "c.toml").write_text(CONFIG, encoding="utf-8")
     srv = CoordinatorProcess(tmp_path / "data", tmp_path / "token", tmp_path / "c.toml")
     try:

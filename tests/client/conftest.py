@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.client.kit import STUDIO_B
 from tests.harness import (
     AppThread,
     TestManualClock,
@@ -22,8 +23,11 @@ from tests.harness import (
 @pytest.fixture
 def coordinator(tmp_path: Path) -> Iterator[ThreadedCoordinator]:
     """A fresh real coordinator (system clock) with routes render/self-test/drill capacity 1,
-    lane render:wide capacity 2, and route `free` unenforced."""
-    s = ThreadedCoordinator(tmp_path / "coordinator-data", config=client_config())
+    lane render:wide capacity 2, and route `free` unenforced; its token is an admin's, and the
+    driver credential STUDIO_B (tests/client/kit.py) is accepted too."""
+    s = ThreadedCoordinator(
+        tmp_path / "coordinator-data", config=client_config(), credentials=[STUDIO_B]
+    )
     yield s
     s.stop()
 

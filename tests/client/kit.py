@@ -13,6 +13,11 @@ from tests.harness import LANE_BIN as LANE_BIN  # re-exported for the tests
 from tests.harness import REPO as REPO
 from tests.harness import UNENFORCED_LANE as UNENFORCED_LANE
 from tests.harness import ThreadedCoordinator
+from tests.harness.credentials import Cred
+
+#: A driver credential bound to studio-b, accepted by the `coordinator` fixture beside its
+#: plain token (an admin, docs/protocol.md#credentials).
+STUDIO_B = Cred("studio-b", "driver", "studio-b")
 
 
 def shared_env(

@@ -175,6 +175,40 @@ async def test_local_cooldown_pauses_promotion(tmp_path: Path) -> None:
         await b.close()
 
 
+async def test_local_queue_reports_the_eta_error_like_the_server(tmp_path: Path) -> None:
+    """The local queue runs the server's lane core: its status carries etaError over its
+    grants (docs/protocol.md#eta-error), its render log the first ETA and the wait, and
+    another instance on the same file reads the same window."""
+    clock = FakeClock()
+    a, b = q(tmp_path, clock=clock), q(tmp_path, "m2", "c2", clock=clock)
+    try:
+        assert (await a.status(LANE)).eta_error is None
+        ra = await a.acquire(LANE, "p", "1", "h")
+        rb = await b.acquire(LANE, "p", "2", "h")
+        first = rb.ticket.eta_seconds
+        assert first is not None and first > 0  # the default hold: queued behind ra
+        clock.now += 40
+        await a.release(LANE, ra.ticket_id, "completed")
+        st = await b.status(LANE)
+        assert st.eta_error is not None
+        errors = sorted([0.0, round(abs(first - 40.0), 3)])
+        assert st.eta_error.to_wire() == {
+            "grants": 2,
+            "medianSeconds": errors[0],
+            "p90Seconds": errors[1],
+        }
+        [row] = (await a.history(LANE)).entries
+        assert (row.eta_first_seconds, row.wait_seconds) == (0.0, 0.0)
+        again = q(tmp_path, "m3", "c3", clock=clock)
+        try:
+            assert (await again.status(LANE)).eta_error == st.eta_error
+        finally:
+            await again.close()
+    finally:
+        await a.close()
+        await b.close()
+
+
 async def test_local_capacity_setting(tmp_path: Path) -> None:
     env = {
         "LANE_STATE_DIR": str(tmp_path / "state"),

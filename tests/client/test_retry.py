@@ -41,6 +41,7 @@ from client.transport import (
     RETRY_MIN_ATTEMPT_SECONDS,
 )
 from coordinator.clock import Clock
+from coordinator.credentials import Credentials, parse_credentials
 from coordinator.http.app import create_app
 from coordinator.http.server import LaneRunner
 from tests.harness import SOLO, TOKEN, TestManualClock, TestSystemClock, make_config
@@ -105,7 +106,7 @@ def _drop(request: web.Request) -> NoReturn:
 
 async def serve(data_dir: Path, clock: Clock, port: int = 0) -> Faulty:
     config = make_config()
-    app = create_app(config, [TOKEN.encode()], data_dir, clock)
+    app = create_app(config, Credentials(parse_credentials(TOKEN, source="test")), data_dir, clock)
     faulty = Faulty(web.AppRunner(app), "", clock)
     app.middlewares.append(faulty.layer())  # innermost: auth still applies
     runner = LaneRunner(app, config)

@@ -25,7 +25,13 @@ from typing import Any, ClassVar, Protocol
 import pytest
 
 from client.api import LaneClient
-from client.errors import BadRequestError, NotFoundError, NotOwnerError, TicketNotHeldError
+from client.errors import (
+    BadRequestError,
+    NotFoundError,
+    NotInFlightError,
+    NotOwnerError,
+    TicketNotHeldError,
+)
 from client.local import LocalQueue
 from client.models import (
     CooldownReply,
@@ -33,6 +39,7 @@ from client.models import (
     HistoryReply,
     LaneReply,
     ReceiptReply,
+    ReconcileReply,
     ReleaseReply,
     StatusReply,
 )
@@ -103,6 +110,15 @@ class ContractTarget(Protocol):
         reason_code: str = ...,
     ) -> CooldownReply: ...
 
+    async def reconcile(
+        self,
+        lane: str,
+        ticket_id: str,
+        outcome: str,
+        provider_job_id: str | None = None,
+        note: str | None = None,
+    ) -> ReconcileReply: ...
+
     async def status(self, lane: str, include_receipts: bool = False) -> StatusReply: ...
 
     async def history(
@@ -134,6 +150,9 @@ class BackendContract:
     stores_receipts: ClassVar[bool]
     #: status(include_receipts=True) carries the receipt keys
     status_has_receipt_keys: ClassVar[bool]
+    #: a submitted job whose lease ended keeps its slot (docs/protocol.md#in-flight): the
+    #: shared coordinators; the local queue keeps no receipts, so it holds none
+    holds_in_flight: ClassVar[bool]
 
     # ---------------------------------------------------------------- what a backend provides
 
@@ -443,6 +462,59 @@ class BackendContract:
         if st.recent_receipts is not None:
             assert [r.receipt_id for r in st.recent_receipts] == [rec.receipt_id]
 
+    # ---------------------------------------------------------------- in-flight jobs
+
+    async def test_a_submitted_job_whose_lease_ran_out_keeps_its_slot_until_it_ends(
+        self, backend: ContractTarget, other: ContractTarget
+    ) -> None:
+        """docs/protocol.md#in-flight: a lease that runs out after its provider-submitted
+        receipt leaves the job's slot taken (the waiter stays queued) until the
+        provider-terminal receipt on the ended ticket, which promotes the waiter; a backend
+        with no receipts holds nothing."""
+        a = await take(backend, "s1", lease_seconds=15)
+        await backend.receipt(LANE, a.ticket.ticket_id, "provider-submitted", {"job": "j1"})
+        b = await take(other, "s2")
+        await self.advance(16)  # no heartbeat: the lease ran out while the job may still run
+        st = await other.status(LANE)
+        if not self.holds_in_flight:
+            assert held_ids(st) == [b.ticket.ticket_id] and st.in_flight == []
+            return
+        assert held_ids(st) == [] and queued_ids(st) == [b.ticket.ticket_id]
+        assert [j.ticket_id for j in st.in_flight] == [a.ticket.ticket_id]
+        job = st.in_flight[0]
+        assert job.hold_until == job.submitted_at + 1800  # the default in_flight_hold_seconds
+        again = await other.acquire(LANE, "proj", "s2", H)  # the owner's retry: still queued
+        assert not again.granted and again.ticket.state == "queued"
+        await backend.receipt(LANE, a.ticket.ticket_id, "provider-terminal", {"job": "j1"})
+        got = await other.await_ticket(LANE, b.ticket.ticket_id, 5)
+        assert got.granted and got.ticket.state == "held"
+        assert (await other.status(LANE)).in_flight == []
+        row = {e.ticket_id: e for e in (await backend.history(LANE)).entries}[a.ticket.ticket_id]
+        assert row.outcome == "expired" and row.in_flight_ended == "receipt"
+
+    async def test_reconcile_ends_a_hold_and_nothing_else(
+        self, backend: ContractTarget, other: ContractTarget
+    ) -> None:
+        """docs/protocol.md#reconcile: the ticket's machine ends its job's hold (the waiter is
+        promoted in the same step); a ticket that holds no slot is 409 not-in-flight."""
+        a = await take(backend, "s1")
+        await backend.receipt(LANE, a.ticket.ticket_id, "provider-submitted", {"job": "j2"})
+        b = await take(other, "s2")
+        lost = await backend.release(LANE, a.ticket.ticket_id, "lease-lost")
+        assert lost.released
+        if not self.holds_in_flight:
+            assert lost.promoted == [b.ticket.ticket_id]
+            with pytest.raises(NotInFlightError):
+                await backend.reconcile(LANE, a.ticket.ticket_id, "completed")
+            return
+        assert lost.promoted == []
+        with pytest.raises(NotInFlightError):  # a live ticket holds no in-flight slot
+            await other.reconcile(LANE, b.ticket.ticket_id, "completed")
+        done = await backend.reconcile(LANE, a.ticket.ticket_id, "not-found")
+        assert done.reconciled and done.promoted == [b.ticket.ticket_id]
+        with pytest.raises(NotInFlightError):  # its hold already ended
+            await backend.reconcile(LANE, a.ticket.ticket_id, "completed")
+
     async def test_with_claim_is_a_sibling_with_another_claim(
         self, backend: ContractTarget
     ) -> None:
@@ -466,6 +538,7 @@ class TestLaneClientOnServer(BackendContract):
     kind = "actor-sqlite"
     stores_receipts = True
     status_has_receipt_keys = True
+    holds_in_flight = True
 
     @pytest.fixture
     async def backend(self, tmp_path: Path) -> AsyncIterator[ContractTarget]:
@@ -497,6 +570,7 @@ class TestLocalQueue(BackendContract):
     kind = "local-sqlite"
     stores_receipts = False  # the local queue keeps no receipts
     status_has_receipt_keys = False
+    holds_in_flight = False  # ...so no submit is known to it
 
     @pytest.fixture
     async def backend(self, tmp_path: Path) -> AsyncIterator[ContractTarget]:
@@ -585,6 +659,9 @@ class Alternating:
     async def cooldown(self, *a: Any, **kw: Any) -> CooldownReply:
         return await self._next().cooldown(*a, **kw)
 
+    async def reconcile(self, *a: Any, **kw: Any) -> ReconcileReply:
+        return await self._next().reconcile(*a, **kw)
+
     async def status(self, *a: Any, **kw: Any) -> StatusReply:
         return await self._next().status(*a, **kw)
 
@@ -603,6 +680,7 @@ class TestTwoReplicasAlternating(BackendContract):
     kind = "actor-postgres"
     stores_receipts = True
     status_has_receipt_keys = True
+    holds_in_flight = True
 
     @pytest.fixture
     async def backend(self, tmp_path: Path, pg_dsn: str) -> AsyncIterator[ContractTarget]:

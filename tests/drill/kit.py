@@ -4,6 +4,7 @@ followed line by line, and role environments."""
 
 from __future__ import annotations
 
+import re
 import secrets
 from pathlib import Path
 from typing import Any
@@ -51,3 +52,45 @@ def drill(env: dict[str, str], *args: str) -> LineProcess:
 
 def live(status: dict[str, Any]) -> list[dict[str, Any]]:
     return [*status["held"], *status["queued"]]
+
+
+STEPS = ["1", "2", "3", "3b", "4", "5", "6", "7"]  # every run of `lane drill`; 8: --partition
+WATCH = 5.0  # client/drill/common.py IN_FLIGHT_WATCH_SECONDS: B stays queued this long at least
+
+
+def assert_steps_passed(out: str, total: int, *, prefixed: bool = True) -> None:
+    """Both roles printed `PASS  step N/total` for every step (lines prefixed `[A]`/`[B]` by
+    the scripts, else as a role prints them)."""
+    steps = [*STEPS, "8"] if total == 8 else STEPS
+    for role in ("A", "B"):
+        for step in steps:
+            lead = rf"\[{role}\] " if prefixed else ""
+            pattern = rf"^{lead}PASS  step {step}/{total}  \[{role}\] "
+            assert re.search(pattern, out, re.M), (role, step, out)
+
+
+def step7_numbers(out: str) -> tuple[float, float, float]:
+    """Step 7's measurements from both roles' PASS lines: (seconds B's waiter stayed queued
+    after A's lease expired, ms of A's provider-terminal receipt call — the grant is in its
+    commit —, ms from the grant to B's parked await answering); each checked: B not promoted
+    for the whole watch, promoted by the receipt within seconds."""
+    a = re.search(
+        r"PASS  step 7/\d  \[A\] .* not promoted for (\d+\.\d) s after A's lease expired; "
+        r"provider-terminal ended the hold \(inFlightEnded receipt\) and promoted it in the "
+        r"receipt's own commit, within the (\d+) ms the receipt call took \(fence \d+\); "
+        r"B's parked await answered (\d+) ms after the grant",
+        out,
+    )
+    assert a, out
+    b = re.search(
+        r"PASS  step 7/\d  \[B\] .* — waiter \S+ queued behind A's \S+: not promoted for "
+        r"(\d+\.\d) s after A's lease expired .* A's provider-terminal receipt promoted it "
+        r"\(fence \d+\): the parked await answered (\d+) ms after the grant",
+        out,
+    )
+    assert b, out
+    stayed, receipt_ms, wake_ms = float(a.group(1)), float(a.group(2)), float(a.group(3))
+    assert stayed == float(b.group(1)) >= WATCH, (stayed, b.group(1))
+    assert wake_ms == float(b.group(2)), (wake_ms, b.group(2))
+    assert receipt_ms < 5000 and wake_ms < 5000, (receipt_ms, wake_ms)
+    return stayed, receipt_ms, wake_ms

@@ -32,7 +32,7 @@ def test_role_a_alone_times_out_and_releases_its_announcement(
         env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert run.returncode == 1, run.stderr
-    assert "FAIL  step 0/6" in run.stderr
+    assert "FAIL  step 0/7" in run.stderr
     assert "partner B did not arrive (start `lane drill --role b`) within 3 s" in run.stderr
     report = json.loads(run.stdout)
     assert report["ok"] is False and report["role"] == "a" and report["runId"]
@@ -69,14 +69,14 @@ def test_partner_vanishing_mid_drill_fails_the_other_role_which_releases_its_tic
     a = drill(role_env(tmp_path, coordinator, "stays-a"), "--role", "a", "--timeout", "15")
     b = drill(role_env(tmp_path, coordinator, "dies-b"), "--role", "b", "--timeout", "60")
     try:
-        b.wait_for_line(lambda ln: ln.startswith("PASS  step 2/6"), 120)
+        b.wait_for_line(lambda ln: ln.startswith("PASS  step 2/7"), 120)
         b.kill()  # SIGKILL: B can release nothing
         assert a.wait(180) == 1, a.text
     finally:
         a.kill()
         b.kill()
-    assert "PASS  step 1/6" in a.text and "PASS  step 2/6" in a.text
-    assert re.search(r"FAIL  step 3/6 .*partner B did not .* within 15 s", a.text), a.text
+    assert "PASS  step 1/7" in a.text and "PASS  step 2/7" in a.text
+    assert re.search(r"FAIL  step 3/7 .*partner B did not .* within 15 s", a.text), a.text
     m = re.search(r"PASS  cleanup  \[A\] released (\d+) of (\d+) drill tickets", a.text)
     assert m and m.group(1) == m.group(2) and int(m.group(1)) >= 1, a.text
     # Everything still live belongs to the killed B; all of A's tickets ended.

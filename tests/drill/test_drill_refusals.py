@@ -56,7 +56,7 @@ def test_unenforced_lane_is_refused(coordinator: CoordinatorProcess, tmp_path: P
     env = role_env(tmp_path, coordinator, "refuse-b")
     p = drill(env, "--role", "b", "--lane", "free-route:acceptance", "--timeout", "5")
     assert p.wait(120) == 1, p.text
-    assert "FAIL  step 0/6" in p.text and "is unenforced here" in p.text, p.text
+    assert "FAIL  step 0/7" in p.text and "is unenforced here" in p.text, p.text
     assert "PASS  step" not in p.text
     assert coordinator.status("free-route:acceptance-barrier")["enforced"] is False
 

@@ -26,7 +26,7 @@ def status(
     kind: str = "actor-sqlite", enforced: bool = True, capacity: int | None = 1
 ) -> StatusReply:
     return StatusReply(coordinator=kind, lane="drill:x", enforced=enforced, capacity=capacity,
-                       held=[], queued=[], pause=None, now=1.0)  # fmt: skip
+                       held=[], queued=[], queued_total=0, pause=None, now=1.0)  # fmt: skip
 
 
 def test_the_production_account_is_refused_whatever_the_flags() -> None:

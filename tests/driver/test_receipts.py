@@ -78,6 +78,8 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"list": ["ok", "/etc/passwd"]}, "path"),
     ({"n": float("nan")}, "finite"),
     ({"n": 2**60}, "2^53"),
+    ({"n": 1e21}, "2^53"),  # the same value as 10**21: refused however it is written
+    ({"n": -1e16}, "2^53"),
     ({"b": b"bytes"}, "JSON value"),
     ({"x": "y" * 300}, "256"),
 ]

@@ -70,11 +70,13 @@ async def test_kill9_under_load(
     row.report(report)
     row.note(
         f"{kills} kills, {load.cycles} cycles, {report.unacknowledged} attempts unanswered "
-        f"or 503, restart {min(restarts):.1f}–{max(restarts):.1f} s, seed {s}"
+        f"or 503, restart {min(restarts):.1f}–{max(restarts):.1f} s, {load.jobs} provider "
+        f"jobs, {report.in_flight} in-flight holds judged, seed {s}"
     )
     print(f"\n{report.summary('kill9')}; acks per incarnation {progress}")
     assert_clean(report, load, servers)
     assert all(n > 0 for n in progress), f"an incarnation acknowledged nothing: {progress}"
+    assert report.in_flight > 0, "no in-flight hold to judge"
     assert_no_traceback(servers)
 
 
@@ -115,10 +117,15 @@ async def test_server_frozen_longer_than_a_lease(
     row.note(
         f"{rounds} × {FREEZE:g} s frozen (lease {LEASE:g} s): {reaped} leases reaped on "
         f"resume ({told} holders told `expired`, the others' release retries "
-        f"`already-done`), /readyz {ready} after; {load.cycles} cycles, seed {s}"
+        f"`already-done`), /readyz {ready} after; {load.jobs} provider jobs, "
+        f"{report.in_flight} in-flight holds judged ({load.abandoned} leases left to expire "
+        f"after the submit); {load.cycles} cycles, seed {s}"
     )
     print(f"\n{report.summary('sigstop-server')}; acks after each thaw {after}")
     assert_clean(report, load, [srv])
+    assert load.abandoned >= 1 and report.in_flight >= load.abandoned, (
+        load.abandoned, report.in_flight,
+    )  # fmt: skip
     assert reaped >= rounds, "no holder lost its lease in a freeze longer than a lease"
     assert all(n > 0 for n in after), f"nothing acknowledged after a thaw: {after}"
     assert ready == 200, ready

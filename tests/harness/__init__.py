@@ -8,6 +8,9 @@
   followed processes (`LineProcess`), `cli(...)`.
 - `tests.harness.config`: TOKEN, lane names, `make_config`/`client_config`, `write_config`,
   `clean_env`.
+- `tests.harness.recorder`: a recording reverse proxy (every reply a run got, to judge);
+  `tests.harness.openapi_tools`: the OpenAPI document's judges from other ecosystems
+  (Redocly CLI, ajv; tools/openapi).
 - `tests.harness.clocks`: watched Manual/System clocks for coordinators; `FakeClock` for
   `LocalQueue(clock=)`. `tests.harness.loop`, `tests.harness.net`: pieces they share.
 

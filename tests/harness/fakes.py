@@ -51,6 +51,7 @@ def fake_coordinator(kind: str) -> AppThread:
                 "capacity": 1,
                 "held": [],
                 "queued": [],
+                "queuedTotal": 0,
                 "pause": None,
                 "now": 1.0,
             }

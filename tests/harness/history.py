@@ -5,7 +5,7 @@ Store-agnostic: it speaks only the wire protocol (docs/protocol.md), so it serve
 PostgreSQL replica failover tests and a kill -9 campaign against one SQLite server alike.
 
 Recording. One `Ledger` per test. Every HTTP attempt is one `Entry`: `ledger.sent(client, op,
-lane, body, target=url)` before the request goes out, then exactly one of
+lane, body, target=url, credential=name)` before the request goes out, then exactly one of
 `ledger.replied(entry, status, body)` (any HTTP answer) or `ledger.failed(entry, error)` (no
 answer: refused, reset, timed out). An entry is *acknowledged* when its status is 2xx: only
 then did the client learn something the server must stand by. A retry is a new entry.
@@ -49,9 +49,20 @@ read holds every retained row and no queued ticket was cut from the status reply
     was acknowledged `released: true` was certainly held from the arrival of its first
     acknowledged grant to the sending of that release; on the ledger's clock those spans
     never overlap more than `capacity` at once.
+(f) Credentials (tests/harness/history_credentials.py): the ticket of an acknowledged acquire
+    that made it names that attempt's credential; a `released: true` release's row names the
+    releaser's credential in `releasedBy` (attempts recorded without a credential: unchecked).
 (e) No revival. Once an acknowledged reply showed a ticket ended (done/expired), no reply to
     an operation sent after that reply arrived shows it queued or held, and the server does
     not list it live. Likewise once shown held, it is never shown queued again.
+
+(f) In-flight holds (tests/harness/in_flight.py, with receipts recorded): the acknowledged
+    receipts of each ticket whose receipts were read are on the server; a ticket that ended
+    expired / lease-lost / timeout after its provider-submitted receipt and before any
+    provider-terminal one holds its slot exactly until submittedAt + the lane's hold
+    (`LaneView.hold_seconds`, when the test gives it), its hold ends at its provider-terminal
+    receipt or at holdUntil, and a waiter is never granted while held + in-flight jobs fill
+    the lane.
 
 `Report` counts the attempts sent, acknowledged and unacknowledged, the lost acks (with
 `lost_details`) and lists every violation as a sentence; `report.summary(name)` is the
@@ -68,6 +79,9 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from tests.harness.history_credentials import check_credentials
+from tests.harness.in_flight import candidates, check_in_flight, receipt_rows
 
 ENDED_STATES = frozenset({"done", "expired"})
 LIVE_STATES = frozenset({"queued", "held"})
@@ -90,6 +104,7 @@ class Entry:
     body: dict[str, Any]
     sent_at: float
     target: str = ""
+    credential: str | None = None  # the name of the credential it presented (None: unknown)
     replied_at: float | None = None
     status: int | None = None
     reply: dict[str, Any] | None = None
@@ -139,6 +154,7 @@ class Ledger:
         *,
         target: str = "",
         at: float | None = None,
+        credential: str | None = None,
     ) -> Entry:
         with self._mutex:
             entry = Entry(
@@ -149,6 +165,7 @@ class Ledger:
                 dict(body),
                 self.clock() if at is None else at,
                 target,
+                credential,
             )
             self.entries.append(entry)
         return entry
@@ -215,9 +232,19 @@ class LaneView:
     queued: list[dict[str, Any]]
     history: list[dict[str, Any]]
     complete: bool = True
+    in_flight: list[dict[str, Any]] = field(default_factory=list)  # status inFlight
+    # ticket -> its receipts on the server (rule (f)); a ticket not read is not a key
+    receipts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    hold_seconds: float | None = None  # the lane's in_flight_hold_seconds, when known
 
     @classmethod
-    def from_replies(cls, status: Mapping[str, Any], history: Mapping[str, Any]) -> LaneView:
+    def from_replies(
+        cls,
+        status: Mapping[str, Any],
+        history: Mapping[str, Any],
+        receipts: Mapping[str, list[dict[str, Any]]] | None = None,
+        hold_seconds: float | None = None,
+    ) -> LaneView:
         entries = list(history.get("entries", []))
         queued = list(status.get("queued", []))
         retained = history.get("retained")
@@ -234,13 +261,24 @@ class LaneView:
             queued=queued,
             history=entries,
             complete=complete,
+            in_flight=list(status.get("inFlight", []) or []),
+            receipts=dict(receipts or {}),
+            hold_seconds=hold_seconds,
         )
 
 
 async def read_views(
-    url: str, token: str, lanes: Iterable[str], *, timeout: float = 30.0
+    url: str,
+    token: str,
+    lanes: Iterable[str],
+    *,
+    timeout: float = 30.0,
+    hold_seconds: float | None = None,
+    receipts_of: Iterable[tuple[str, str]] = (),
 ) -> dict[str, LaneView]:
-    """Status and the whole history of every lane, read through the server at `url`."""
+    """Status and the whole history of every lane, read through the server at `url`, and the
+    receipts (GET /v1/evidence) of every ticket that may have left an in-flight job and of
+    each (lane, ticket) in `receipts_of`; `hold_seconds`: the lanes' in_flight_hold_seconds."""
     import aiohttp  # the checker itself needs no HTTP client
 
     views: dict[str, LaneView] = {}
@@ -257,7 +295,19 @@ async def read_views(
                     if resp.status != 200 or not isinstance(data, dict):
                         raise AssertionError(f"{op} of {lane} via {url}: {resp.status} {data}")
                     got[op] = data
-            views[lane] = LaneView.from_replies(got["status"], got["history"])
+            wanted = candidates(got["status"], got["history"])
+            wanted |= {tid for ln, tid in receipts_of if ln == lane}
+            receipts: dict[str, list[dict[str, Any]]] = {}
+            for tid in sorted(wanted):
+                params = {"lane": lane, "ticketId": tid}
+                async with session.get(f"{url}/v1/evidence", params=params) as resp:
+                    data = await resp.json()
+                    if resp.status != 200 or not isinstance(data, dict):
+                        raise AssertionError(f"evidence of {tid} via {url}: {resp.status} {data}")
+                    receipts[tid] = receipt_rows(data)
+            views[lane] = LaneView.from_replies(
+                got["status"], got["history"], receipts, hold_seconds
+            )
     return views
 
 
@@ -276,6 +326,7 @@ class Report:
     tickets: int = 0  # distinct tickets named by acknowledged replies
     grants: int = 0  # distinct fences seen in all
     max_holders: dict[str, int] = field(default_factory=dict)  # lane -> max overlap seen
+    in_flight: int = 0  # in-flight holds on record (rule (f))
 
     @property
     def ok(self) -> bool:
@@ -286,7 +337,8 @@ class Report:
             f"{name}: ops sent {self.sent}, acknowledged {self.acknowledged}, "
             f"unacknowledged {self.unacknowledged}, lost {self.lost}, "
             f"violations {len(self.violations)} (lanes {self.lanes}, tickets {self.tickets}, "
-            f"grants {self.grants}, max holders {self.max_holders})"
+            f"grants {self.grants}, in-flight holds {self.in_flight}, max holders "
+            f"{self.max_holders})"
         )
 
     def explain(self, limit: int = 30) -> str:
@@ -490,6 +542,8 @@ def _check_lane(view: LaneView, acked: list[Entry], report: Report) -> None:
     _check_fences(view, records, seen, report)
     _check_capacity(view, records, seen, report)
     _check_revivals(view, records, seen, report)
+    check_in_flight(view, acked, report)
+    check_credentials(view, acked, report.violations)
 
 
 def _release_problem(e: Entry, rec: _Record) -> str | None:

@@ -29,10 +29,12 @@ from aiohttp import web
 from client.api import LaneClient
 from coordinator.clock import Clock, ManualClock, SystemClock
 from coordinator.config import Config
+from coordinator.credentials import Credentials, parse_credentials
 from coordinator.http.app import create_app
 from coordinator.http.middleware import REGISTRY_KEY
 from coordinator.http.server import LaneRunner
 from tests.harness.config import TOKEN, client_env, make_config, new_token
+from tests.harness.credentials import Cred, token_file_text
 from tests.harness.loop import LoopThread
 
 T = TypeVar("T")
@@ -186,9 +188,11 @@ class Running:
         """POST /v1/lanes/<name> with protocolVersion 1 (unless the body names one)."""
         return await self.post(f"/v1/lanes/{name}", {"protocolVersion": 1, **body}, **kw)
 
-    async def ok(self, name: str, body: dict[str, Any], status: int = 200) -> dict[str, Any]:
-        """op(), asserting the status; returns the JSON body."""
-        r = await self.op(name, body)
+    async def ok(
+        self, name: str, body: dict[str, Any], status: int = 200, **kw: Any
+    ) -> dict[str, Any]:
+        """op(), asserting the status; returns the JSON body (`kw`: `request`'s, a token)."""
+        r = await self.op(name, body, **kw)
         assert r.status == status, (name, r.status, r.text)
         assert isinstance(r.body, dict)
         return r.body
@@ -204,6 +208,13 @@ def _token_bytes(tokens: Sequence[str | bytes] | None) -> list[bytes]:
     return [t.encode() if isinstance(t, str) else t for t in tokens]
 
 
+def _credentials(toks: list[bytes], creds: Sequence[Cred]) -> Credentials:
+    """The plain tokens (admin token-1, token-2, …) and the hashed credentials, as the
+    server reads a token file holding them."""
+    text = token_file_text(creds, [t.decode() for t in toks])
+    return Credentials(parse_credentials(text, source="the test's credentials"))
+
+
 async def start_running(
     data_dir: Path,
     *,
@@ -211,17 +222,20 @@ async def start_running(
     clock: Clock | None = None,
     tokens: Sequence[str | bytes] | None = None,
     store: str | None = None,
+    credentials: Sequence[Cred] = (),
 ) -> Running:
     """Serve the real coordinator on the running event loop; stop it with `await r.stop()`.
 
-    Defaults: `make_config()`, the system clock, the single token TOKEN, SQLite lane files
-    under `data_dir` (`store`: a postgresql:// URL for a replica on PostgreSQL)."""
+    Defaults: `make_config()`, the system clock, the single token TOKEN (a plain token: the
+    admin credential `token-1`), SQLite lane files under `data_dir` (`store`: a postgresql://
+    URL for a replica on PostgreSQL). `credentials`: named credentials accepted besides the
+    tokens (tests.harness.credentials)."""
     config = config if config is not None else make_config()
     clock = clock if clock is not None else SystemClock()
     toks = _token_bytes(tokens)
     faults: dict[str, str] = {}
     hits: dict[str, int] = {}
-    app = create_app(config, toks, data_dir, clock, store=store)
+    app = create_app(config, _credentials(toks, credentials), data_dir, clock, store=store)
     app.middlewares.append(fault_layer(faults, hits))  # innermost: auth still applies
     # what `serve` runs: its limits and error shapes
     runner = LaneRunner(app, config, kind=app[REGISTRY_KEY].kind)
@@ -288,12 +302,15 @@ class ThreadedCoordinator:
         config: Config | None = None,
         clock: Clock | None = None,
         token: str | None = None,
+        credentials: Sequence[Cred] = (),
     ) -> None:
         self.thread = LoopThread()
         tok = token if token is not None else new_token()
         try:
             self.server = self.thread.call(
-                lambda: start_running(data_dir, config=config, clock=clock, tokens=[tok])
+                lambda: start_running(
+                    data_dir, config=config, clock=clock, tokens=[tok], credentials=credentials
+                )
             )
         except BaseException:
             self.thread.stop()

@@ -23,11 +23,26 @@ and expects `released: false, reason: "expired"` (or `already-done`), counted in
 
 Each client works on its own list of lanes (round robin, one lane a cycle), read at each
 cycle: `Load.move(...)` puts the clients on new lanes (a new lane is a new file).
+
+Provider jobs (`Settings.jobs`, the fraction of cycles that submit one; nothing is called):
+once held, the client records `provider-submitted` on its ticket, then the job ends one of
+three ways, each ending with the `provider-terminal` receipt a driver writes when its poll
+sees the job end: while the lease is held (terminal, then release `completed`: no hold);
+after a release `lease-lost` (`lease_lost_jobs`: the lane keeps the slot for the job — an
+in-flight hold, docs/protocol.md#in-flight — until the terminal receipt a moment later); or
+after the lease ran out with nobody heartbeating it (`abandon_jobs`, with a short
+`lease_seconds`, at most `max_abandons` per client, always client 0's first job: the expiry
+leaves a hold; the client writes the terminal receipt a second after the expiry, or at once
+when the load stops, then releases late). A terminal receipt that could not be written is
+retried before the client's next cycle and once more as it stops. The checker's rule (f)
+judges the holds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import json
 import random
 from collections import Counter
@@ -35,8 +50,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import rfc8785
 
 from tests.harness.history import LaneView, Ledger, Report, check, read_views
+from tests.harness.in_flight import SUBMITTED, TERMINAL
 
 
 @dataclass
@@ -45,6 +62,9 @@ class Target:
 
     urls: list[str]
     token: str
+    # the name of the credential the token is, recorded with every attempt (the history
+    # checker's rule (f)); "token-1": a token file of one plain token names it so
+    credential: str | None = "token-1"
 
 
 @dataclass(frozen=True)
@@ -56,6 +76,10 @@ class Settings:
     await_seconds: int = 2
     lease_seconds: float | None = None  # None: the server's default (300 s)
     hold: tuple[float, float] = (0.01, 0.08)  # seconds a client holds its lease (uniform)
+    jobs: float = 0.0  # the fraction of cycles that submit a provider job (receipts)
+    lease_lost_jobs: float = 0.35  # of those: released lease-lost, then provider-terminal
+    abandon_jobs: float = 0.0  # of those: the lease left to run out (needs lease_seconds)
+    max_abandons: int = 1  # per client (each blocks its lane for a lease)
 
 
 class Problem(Exception):
@@ -100,8 +124,10 @@ class Client:
         seed: int,
         *,
         lease_loss: bool,
+        jobs: bool = True,
     ) -> None:
         self.name = f"c{n}"
+        self.submits = jobs  # this client's cycles may submit provider jobs (`Settings.jobs`)
         self.n = n
         self.lanes = lanes  # read at each cycle
         self.target = target
@@ -114,6 +140,12 @@ class Client:
         self.cycles = 0
         self.lease_lost = 0  # cycles whose lease expired under the client (a freeze)
         self.problems: list[str] = []
+        self.jobs = 0  # provider-submitted receipts acknowledged
+        self.holds = 0  # of those jobs: released lease-lost, or lease left to expire
+        self.abandons = 0  # jobs whose lease was left to run out (tried)
+        self.expired_jobs = 0  # of those, the lease did run out (the late release says so)
+        self.owed: list[tuple[str, str, str]] = []  # (lane, ticket, job): terminal not written
+        self.stop = asyncio.Event()
 
     async def call(
         self, lane: str, op: str, extra: dict[str, Any], wait: float = 0
@@ -136,7 +168,9 @@ class Client:
             urls = self.target.urls
             url = urls[idx % len(urls)]
             headers = {"Authorization": f"Bearer {self.target.token}"}
-            entry = self.ledger.sent(self.name, op, lane, body, target=url)
+            entry = self.ledger.sent(
+                self.name, op, lane, body, target=url, credential=self.target.credential
+            )
             try:
                 async with self.session.post(
                     f"{url}/v1/lanes/{op}", json=body, headers=headers, timeout=timeout
@@ -156,6 +190,73 @@ class Client:
             idx += 1  # the next replica, if any
             pause = min(s.backoff_max, s.backoff * 2**attempt)
             await asyncio.sleep(pause * self.rng.uniform(0.5, 1.0))
+
+    async def receipt(self, lane: str, tid: str, phase: str, payload: dict[str, Any]) -> None:
+        """Record a receipt (ids only); a replay of the same one answers 200."""
+        h = "sha256:" + hashlib.sha256(rfc8785.dumps(payload)).hexdigest()
+        body = {"ticketId": tid, "receiptId": f"{tid}:{phase}:{h[7:23]}", "phase": phase,
+                "payload": payload, "contentHash": h}  # fmt: skip
+        reply = await self.call(lane, "receipt", body)
+        if reply.get("stored") is not True and reply.get("replay") is not True:
+            raise Problem(f"{self.name}: receipt {phase} of {tid}: {reply}")
+
+    async def settle(self) -> None:
+        """Write the provider-terminal receipts still owed (a job whose end was seen)."""
+        while self.owed:
+            lane, tid, job = self.owed[0]
+            await self.receipt(lane, tid, TERMINAL, {"providerJobId": job, "status": "completed"})
+            self.owed.pop(0)
+
+    async def _release(
+        self, lane: str, tid: str, outcome: str, *, late: bool = False
+    ) -> dict[str, Any]:
+        """Release; `released: false` is fine when the ticket is over, or when the lease had
+        run out and that may happen (`late`: left to expire; a load with `lease_loss`)."""
+        rel = await self.call(lane, "release", {"ticketId": tid, "outcome": outcome})
+        if rel.get("released") is True or rel.get("reason") == "already-done":
+            return rel
+        if rel.get("reason") == "expired" and (late or self.lease_loss):
+            return rel
+        raise Problem(f"{self.name}: release {outcome} of {tid}: {rel}")
+
+    async def job(self, lane: str, tid: str) -> None:
+        """A held ticket's provider job (see the module docstring)."""
+        s = self.settings
+        job = f"job-{self.n}-{self.cycles}"
+        await self.receipt(lane, tid, SUBMITTED, {"providerJobId": job})
+        self.jobs += 1
+        way = self.rng.random()
+        first = self.n == 0 and self.jobs == 1 and s.abandon_jobs > 0  # c0's first: always
+        if (
+            s.lease_seconds is not None
+            and self.abandons < s.max_abandons
+            and (way < s.abandon_jobs or first)
+        ):
+            self.abandons += 1
+            # nobody heartbeats: the lease runs out, the lane keeps the slot for the job
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), s.lease_seconds + 1.0)
+            self.owed.append((lane, tid, job))
+            await self.settle()
+            rel = await self._release(lane, tid, "completed", late=True)  # as a resumed driver
+            if rel.get("reason") == "expired":
+                self.expired_jobs += 1
+                self.holds += 1
+            return
+        if way < s.abandon_jobs + s.lease_lost_jobs:
+            rel = await self._release(lane, tid, "lease-lost")
+            if rel.get("released") is True:
+                self.holds += 1
+            await asyncio.sleep(self.rng.uniform(*s.hold))  # the job, polled after the loss
+            self.owed.append((lane, tid, job))
+            await self.settle()
+            return
+        await asyncio.sleep(self.rng.uniform(*s.hold))
+        self.owed.append((lane, tid, job))
+        await self.settle()
+        rel = await self._release(lane, tid, "completed")
+        if rel.get("released") is not True and rel.get("reason") == "expired":
+            self.lease_lost += 1
 
     def _ticket(self, reply: dict[str, Any]) -> dict[str, Any]:
         ticket = reply.get("ticket")
@@ -188,6 +289,10 @@ class Client:
             if not (self.lease_loss and beat.get("reason") == "expired"):
                 raise Problem(f"{self.name}: heartbeat of held {tid}: {beat}")
             outcome = "lease-lost"
+        elif self.submits and self.rng.random() < s.jobs:
+            await self.job(lane, tid)
+            self.cycles += 1
+            return
         else:
             await asyncio.sleep(self.rng.uniform(*s.hold))
         rel = await self.call(lane, "release", {"ticketId": tid, "outcome": outcome})
@@ -201,15 +306,21 @@ class Client:
         self.cycles += 1
 
     async def run(self, stop: asyncio.Event) -> None:
+        self.stop = stop
         k = 0
         while not stop.is_set():
             lane = self.lanes[k % len(self.lanes)]
             k += 1
             try:
+                await self.settle()
                 await self.cycle(lane)
             except Problem as exc:
                 self.problems.append(str(exc))
                 await asyncio.sleep(0.2)
+        try:
+            await self.settle()
+        except Problem as exc:
+            self.problems.append(str(exc))
 
 
 class Load:
@@ -227,8 +338,13 @@ class Load:
         seed: int = 0,
         ledger: Ledger | None = None,
         lease_loss: bool = False,
+        hold_seconds: float | None = None,
+        job_clients: int | None = None,
     ) -> None:
+        """`hold_seconds`: the lanes' in_flight_hold_seconds, for the checker (rule (f));
+        `job_clients`: only the first that many clients submit provider jobs (all: None)."""
         self.target = target
+        self.hold_seconds = hold_seconds
         self.settings = settings or Settings()
         self.ledger = ledger if ledger is not None else Ledger()
         self.views: dict[str, LaneView] = {}  # the last verify's reads
@@ -244,6 +360,7 @@ class Load:
                 self.settings,
                 seed + n,
                 lease_loss=lease_loss,
+                jobs=job_clients is None or n < job_clients,
             )
             for n, lanes in enumerate(lanes_per_client)
         ]
@@ -295,8 +412,28 @@ class Load:
         """The checker over `lanes` (the clients' by default) as read through `url` (the
         first target by default)."""
         url = url or self.target.urls[0]
-        self.views = await read_views(url, self.target.token, lanes or self.lanes)
+        # receipts are read for the tickets that may have left a hold (read_views): rule (f)
+        # checks the acknowledged receipts of those
+        self.views = await read_views(
+            url, self.target.token, lanes or self.lanes, hold_seconds=self.hold_seconds
+        )
         return check(self.ledger, self.views)
+
+    @property
+    def jobs(self) -> int:
+        """Provider jobs submitted (acknowledged provider-submitted receipts)."""
+        return sum(c.jobs for c in self.clients)
+
+    @property
+    def abandoned(self) -> int:
+        """Of those, jobs whose lease was left to run out after the submit (and did)."""
+        return sum(c.expired_jobs for c in self.clients)
+
+    @property
+    def holds(self) -> int:
+        """Of those, jobs whose ticket ended while they ran (released lease-lost, or left to
+        expire): each leaves an in-flight hold."""
+        return sum(c.holds for c in self.clients)
 
     def outcomes(self) -> Counter[str]:
         """The ended tickets' outcomes on the server, over every lane the last verify read."""

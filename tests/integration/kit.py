@@ -18,6 +18,8 @@ ERROR_CODES = {
     "unauthorized": 401,
     "not-owner": 403,
     "not-holder": 403,
+    "role-forbidden": 403,
+    "machine-mismatch": 403,
     "not-found": 404,
     "method-not-allowed": 405,
     "ticket-not-held": 409,

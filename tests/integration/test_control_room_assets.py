@@ -12,7 +12,7 @@ import re
 from importlib import resources
 from typing import TYPE_CHECKING
 
-from coordinator.http.reads import CONTROL_ROOM_ASSETS
+from coordinator.http.assets import CONTROL_ROOM_ASSETS
 
 if TYPE_CHECKING:
     from tests.harness import Running

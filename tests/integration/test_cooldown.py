@@ -47,6 +47,7 @@ async def test_cooldown_pauses_the_lane(server: Running) -> None:
         "machineId": "mA",
         "claimId": "cA",
         "ticketId": tid,
+        "credential": "token-1",  # the plain TOKEN's name
     }
     st = await server.ok("status", {"lane": SOLO})
     assert st["pause"] == r["pause"]

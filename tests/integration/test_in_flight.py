@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.harness import Running, StartServer, TestManualClock
+from tests.harness.credentials import Cred
 from tests.integration.kit import (
     DUO,
     SOLO,
@@ -22,6 +23,7 @@ from tests.integration.kit import (
 )
 
 HOLD = 1800.0  # the default in_flight_hold_seconds
+DRIVER = Cred("any-driver", "driver")  # not bound to a machine
 
 
 async def _submitted_and_waiting(srv: Running, lane: str = SOLO) -> tuple[str, str, float]:
@@ -70,6 +72,7 @@ async def test_an_expired_lease_with_a_submitted_job_blocks_the_waiter_until_ter
         "submittedAt": submitted,
         "since": submitted + 30,
         "holdUntil": submitted + HOLD,
+        "credential": "token-1",
     }
     queued = st["queued"][0]
     assert queued["etaSeconds"] == pytest.approx(submitted + HOLD - server.clock.now(), abs=0.01)
@@ -175,7 +178,8 @@ async def test_capacity_counts_held_and_in_flight(server: Running) -> None:
     assert [t["ticketId"] for t in st["queued"]] == [c["ticketId"]]
 
 
-async def test_reconcile_refusals_change_nothing(server: Running) -> None:
+async def test_reconcile_refusals_change_nothing(start_server: StartServer) -> None:
+    server = await start_server(credentials=[DRIVER])
     a, b, _ = await _submitted_and_waiting(server)
     # held, queued: no hold
     for tid, who in ((a, ("mA", "cA")), (b, ("mB", "cB"))):
@@ -185,10 +189,15 @@ async def test_reconcile_refusals_change_nothing(server: Running) -> None:
     assert_error(r, 404, "not-found")
     await server.ok("release", ticket_body(SOLO, a, outcome="lease-lost"))
     before = await _status(server)
-    r = await server.op("reconcile", ticket_body(SOLO, a, "mB", "cB", outcome="completed"))
+    # another machine, or another claim, through a driver credential (an admin may
+    # reconcile any machine's ticket: test_an_admin_reconciles_any_machines_ticket)
+    driver = {"token": DRIVER.token}
+    r = await server.op(
+        "reconcile", ticket_body(SOLO, a, "mB", "cB", outcome="completed"), **driver
+    )
     assert_error(r, 403, "not-owner")
-    r = await server.op("reconcile", ticket_body(SOLO, a, claim="other", outcome="completed"))
-    assert_error(r, 403, "not-owner")
+    body = ticket_body(SOLO, a, claim="other", outcome="completed")
+    assert_error(await server.op("reconcile", body, **driver), 403, "not-owner")
     for bad in ("expired", "done", None, 1):
         r = await server.op("reconcile", ticket_body(SOLO, a, outcome=bad))
         assert_error(r, 400, "bad-request", "outcome")
@@ -201,6 +210,22 @@ async def test_reconcile_refusals_change_nothing(server: Running) -> None:
     assert r.status == 200 and r.body["promoted"] == [b]
     r = await server.op("reconcile", ticket_body(SOLO, a, outcome="not-found"))
     assert_error(r, 409, "not-in-flight")  # its hold already ended
+
+
+async def test_an_admin_reconciles_any_machines_ticket(start_server: StartServer) -> None:
+    """docs/protocol.md#reconcile: the ticket's machine, or an admin credential for any
+    machine's ticket (the plain TOKEN is the admin `token-1`); the hold's end names it."""
+    server = await start_server(credentials=[DRIVER])
+    a, b, _ = await _submitted_and_waiting(server)
+    await server.ok("release", ticket_body(SOLO, a, outcome="lease-lost"))
+    body = ticket_body(SOLO, a, "ops-laptop", None, outcome="completed")
+    assert_error(await server.op("reconcile", body, token=DRIVER.token), 403, "not-owner")
+    r = await server.ok("reconcile", body)
+    assert r["reconciled"] is True and r["promoted"] == [b]
+    assert (await _row(server, a))["inFlightEnded"] == "reconciled:completed"
+    inc = await server.get("/v1/incidents", params={"lane": SOLO})
+    [ended] = [i for i in inc.body["incidents"] if i["kind"] == "in-flight-ended"]
+    assert (ended["machineId"], ended["credential"]) == ("ops-laptop", "token-1")
 
 
 async def test_the_hold_survives_a_restart_with_its_hold_until(

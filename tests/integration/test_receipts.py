@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from coordinator.protocol.receipts import canonical_json
 from tests.integration.kit import (
     DUO,
     PHASES,
@@ -176,20 +177,50 @@ async def test_payload_over_32_kib_is_400(server: Running) -> None:
     assert r.status == 201, r.text
 
 
-@pytest.mark.parametrize("number", ["9007199254740992", "-9007199254740992", "1" + "0" * 30])
-async def test_integers_beyond_2_53_are_400(server: Running, number: str) -> None:
-    tid = await _held(server)
-    body = receipt_body(SOLO, tid, payload={"n": 1})
-    text_with_pv = json.dumps({"protocolVersion": 1, **body}).replace(
-        '{"n": 1}', '{"n": ' + number + "}"
-    )
-    r = await server.request(
+async def _send_raw(server: Running, tid: str, phase: str, number: str, h: str) -> Any:
+    """A receipt whose payload is {"n": <number>} exactly as `number` is written."""
+    body = receipt_body(SOLO, tid, phase=phase, payload={"n": 1}, content_hash=h)
+    text = json.dumps({"protocolVersion": 1, **body}).replace('{"n": 1}', '{"n": ' + number + "}")
+    return await server.request(
         "POST",
         "/v1/lanes/receipt",
-        data=text_with_pv.encode(),
+        data=text.encode(),
         headers={"Content-Type": "application/json"},
     )
-    assert_error(r, 400, "bad-request", "payload")
+
+
+@pytest.mark.parametrize(
+    ("as_integer", "as_float", "canonical"),
+    [
+        ("1000000000000000000000", "1e21", b'{"n":1e+21}'),
+        ("1" + "0" * 30, "1E30", b'{"n":1e+30}'),
+        ("10000000000000000", "1.0e16", b'{"n":10000000000000000}'),
+        ("-9007199254740992", "-9007199254740992.0", b'{"n":-9007199254740992}'),
+    ],
+)
+async def test_a_number_is_the_same_double_however_it_is_written(
+    server: Running, as_integer: str, as_float: str, canonical: bytes
+) -> None:
+    """RFC 8785 reads every number as an IEEE 754 double: the integer spelling of a value
+    beyond ±(2^53−1) is accepted and verified exactly as its float spelling is (before, the
+    float was verified and the integer refused), and both store the same canonical payload."""
+    tid = await _held(server)
+    h = "sha256:" + hashlib.sha256(canonical).hexdigest()
+    for phase, number in (("lease-acquired", as_integer), ("provider-terminal", as_float)):
+        r = await _send_raw(server, tid, phase, number, h)
+        assert r.status == 201 and r["contentHashVerified"] is True, (number, r.text)
+    st = await server.ok("status", {"lane": SOLO, "includeReceipts": True})
+    stored = {x["phase"]: x["payload"] for x in st["recentReceipts"] if x["ticketId"] == tid}
+    assert stored["lease-acquired"] == stored["provider-terminal"] == json.loads(canonical)
+    assert canonical_json(json.loads('{"n":' + as_integer + "}")) == canonical  # the client's
+
+
+@pytest.mark.parametrize("number", ["1" + "0" * 400, "-" + "1" * 310, "1e400", "-1E309"])
+async def test_a_number_beyond_the_double_range_is_400(server: Running, number: str) -> None:
+    tid = await _held(server)
+    r = await _send_raw(server, tid, "lease-acquired", number, "sha256:" + "0" * 64)
+    assert_error(r, 400, "bad-request")
+    assert "payload" in r.message or "body" in r.message, r.message
 
 
 async def test_largest_safe_integer_is_accepted(server: Running) -> None:

@@ -19,6 +19,7 @@ RECEIPT_ROW_KEYS = {
     "contentHash",
     "contentHashVerified",
     "createdAt",
+    "credential",
 }
 HISTORY_ROW_KEYS = {
     "ticketId",

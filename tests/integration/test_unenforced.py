@@ -36,6 +36,10 @@ async def test_ticket_calls_answer_true_and_nothing_is_stored(server: Running) -
     assert hb["refreshed"] is True and hb["reason"] is None
     aw = await server.ok("await", ticket_body(FREE, tid, waitSeconds=30))
     assert aw["granted"] is True and aw["enforced"] is False
+    # never null: the caller owns it, and the identity nothing remembers reads "unknown"
+    t = aw["ticket"]
+    assert (t["machineId"], t["claimId"]) == ("mA", "cA") == tuple(aw["owner"].values())
+    assert (t["project"], t["scene"], t["promptHash"]) == ("unknown", "unknown", "unknown")
     rc = await server.op("receipt", receipt_body(FREE, tid))
     assert rc.status in (200, 201) and rc["stored"] is False
     rel = await server.ok("release", ticket_body(FREE, tid, outcome="completed"))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from coordinator.protocol.constants import STATUS_QUEUED_LIMIT
 from coordinator.store.sqlite import SqliteLaneStore
-from tests.harness import CoordinatorProcess, cli, write_config
+from tests.harness import CoordinatorProcess, cli, write_config, write_token_file
 
 TOKEN = "backup-test-token-0123456789-abcdefghijklmnop"
 LANES = ("solo:main", "duo:main")
@@ -74,7 +74,7 @@ def queued_in(path: Path) -> list[str]:
 
 def test_online_backup_is_consistent_and_restores(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n")
+    write_token_file(token_file, TOKEN)
     config = write_config(tmp_path / "config.toml")
     data = tmp_path / "data"
     srv = CoordinatorProcess(data, token_file, config)
@@ -91,7 +91,7 @@ def test_online_backup_is_consistent_and_restores(tmp_path: Path) -> None:
             dest = tmp_path / f"backup{n}"
             done = cli("backup", str(dest), "--data-dir", str(data))
             assert done.returncode == 0, done.stderr
-            assert "backed up 2 lane file(s)" in done.stdout
+            assert "backed up 2 lane files" in done.stdout
             backups.append((dest, before))
         writer.stop.set()
         writer.join(timeout=60)
@@ -119,7 +119,7 @@ def test_online_backup_is_consistent_and_restores(tmp_path: Path) -> None:
     checked = cli("check", "--data-dir", str(restored), "--config", str(config),
                   "--token-file", str(token_file))  # fmt: skip
     assert checked.returncode == 0, checked.stderr
-    assert "migrations apply cleanly to 2 lane file(s)" in checked.stdout
+    assert "migrations apply cleanly to 2 lane files" in checked.stdout
     srv2 = CoordinatorProcess(restored, token_file, config)
     try:
         for lane in LANES:

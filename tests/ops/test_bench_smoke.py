@@ -1,7 +1,8 @@
 """`make bench` cannot rot: the bench (bench/, `python -m bench`) in its quickest mode, on two
 cheap shapes, prints a row per shape with its target and PASS/MISS, then the markdown table;
-and when PostgreSQL cannot be started, its rows print "SKIPPED: reason" instead of failing.
-The figures themselves are not judged here: the machine is shared."""
+and when PostgreSQL cannot be started, its rows print "SKIPPED: reason" instead of failing;
+the ETA-error row (10) on a short workload agrees with the lane. The figures themselves are
+not judged here: the machine is shared."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import NoReturn
 
 import pytest
 
+import bench.eta
 import bench.pg
 from bench.context import Context
 from bench.report import Report
@@ -48,7 +50,7 @@ def test_quick_bench_prints_a_row_per_shape_and_the_table() -> None:
 
 def test_an_unknown_shape_is_refused() -> None:
     with pytest.raises(SystemExit):
-        parse(["--only", "10"], env={})
+        parse(["--only", "11"], env={})
 
 
 async def test_postgres_rows_are_skipped_when_it_cannot_start(
@@ -70,3 +72,15 @@ async def test_postgres_rows_are_skipped_when_it_cannot_start(
     ]
     assert all(r.result.startswith("SKIPPED: no PostgreSQL server") for r in ctx.report.rows)
     assert not ctx.report.failed()
+
+
+async def test_the_eta_error_row_is_the_lanes_own_figure(tmp_path: Path) -> None:
+    settings = parse(["--quick", "--only", "10"], env={"BENCH_ETA_JOBS": "60"})
+    ctx = Context(settings, tmp_path, Report())
+    try:
+        await bench.eta.shape10(ctx)
+    finally:
+        ctx.close()
+    [row] = ctx.report.rows
+    assert (row.key, row.verdict) == ("10", "PASS"), row
+    assert re.match(r"last 60: median [\d,]+ s, p90 [\d,]+ s; all grants median", row.result)

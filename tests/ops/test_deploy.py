@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from coordinator.cli import build_parser
-from tests.harness import CoordinatorProcess, cli
+from tests.harness import CoordinatorProcess, cli, write_token_file
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PRODUCTION = DEPLOY / "production-config.toml"
@@ -88,7 +88,7 @@ def _unit_args(key: str, tmp_path: Path) -> list[str]:
     """The unit's command line with systemd's variables and /etc paths pointed at tmp."""
     creds = tmp_path / "credentials"
     creds.mkdir(exist_ok=True)
-    (creds / "token").write_text(TOKEN + "\n")
+    write_token_file(creds / "token", TOKEN)
     line = unit_value(key)
     line = line.replace("${CREDENTIALS_DIRECTORY}", str(creds))
     line = line.replace("${STATE_DIRECTORY}", str(tmp_path / "state"))
@@ -139,7 +139,7 @@ def test_container_healthcheck_probes_healthz(tmp_path: Path) -> None:
     assert probe[:2] == ["python", "-c"]
     assert "urllib" in probe[2] and "/healthz" in probe[2]
     token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n")
+    write_token_file(token_file, TOKEN)
     srv = CoordinatorProcess(tmp_path / "data", token_file)
     code = probe[2].replace("http://127.0.0.1:8787", srv.url)
     try:

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from coordinator.cli import build_parser, resolve_store
 from coordinator.config import Config
-from tests.harness import cli
+from tests.harness import cli, write_token_file
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 TEMPLATE = DEPLOY / "lane-coordinator@.service"
@@ -109,7 +109,7 @@ def test_template_command_lines_run_with_the_real_cli(pg_dsn: str, tmp_path: Pat
     env file gives it: refused before `migrate`, accepted after; `serve` parses the same."""
     creds = tmp_path / "credentials"
     creds.mkdir()
-    (creds / "token").write_text(TOKEN + "\n")
+    write_token_file(creds / "token", TOKEN)
     env = {"LANE_COORDINATOR_STORE": pg_dsn}
     pre = _instance_args("ExecStartPre", PORTS[0], creds)
     assert pre[0] == "check"

@@ -257,3 +257,37 @@ def test_installed_library_runs_the_example_driver(
         False,
     )
     assert "provider-terminal" in result["receipts"]["written"]
+
+
+def _readme_block(containing: str) -> str:
+    """The README's ```sh block that contains `containing` (read by sybil's lexer, as the docs
+    run reads it: tests/docs/kit.py)."""
+    from sybil import Document
+    from sybil.parsers.markdown.lexers import FencedCodeBlockLexer
+
+    readme = ROOT / "README.md"
+    doc = Document(readme.read_text(encoding="utf-8"), str(readme))
+    lexer = FencedCodeBlockLexer("sh", mapping={"source": "source"})
+    blocks = [str(r.lexemes["source"]) for r in lexer(doc) if containing in r.lexemes["source"]]
+    assert len(blocks) == 1, f"README: {len(blocks)} sh blocks with {containing!r}"
+    return blocks[0]
+
+
+def test_readme_tool_install_works_where_the_readme_leaves_you(
+    installed: Installed, tmp_path: Path
+) -> None:
+    """The README's `uv tool install` block, run as written from a checkout's root after
+    `make dist` (the wheel in dist/), installs `lane` as a tool that prints the version."""
+    checkout = tmp_path / "checkout"
+    (checkout / "dist").mkdir(parents=True)
+    shutil.copy(installed.wheel, checkout / "dist" / installed.wheel.name)
+    tools, bins = tmp_path / "uv-tools", tmp_path / "uv-bin"
+    path = f"{bins}{os.pathsep}{Path(find_uv()).parent}{os.pathsep}{os.environ['PATH']}"
+    out = run(
+        ["bash", "-c", "set -euo pipefail\n" + _readme_block("uv tool install")],
+        cwd=checkout,
+        timeout=600,
+        env={"UV_TOOL_DIR": str(tools), "UV_TOOL_BIN_DIR": str(bins), "PATH": path},
+    )
+    assert f"lane {__version__}" in out, out
+    assert (bins / "lane").exists() and (bins / "lane-coordinator").exists()

@@ -5,20 +5,26 @@ route the aiohttp router serves and every status each route answers."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import copy
+from typing import Any, get_args
 
 import msgspec
 from openapi_spec_validator import validate
 
+from coordinator.http.openapi_schemas import OVERRIDDEN
 from coordinator.protocol import replies as wire
 from coordinator.protocol import requests as S
-from tests.harness import Running
+from tests.harness import Running, StartServer
+from tests.harness.credentials import Cred
 
 SPEC_ERROR_CODES = {
     "bad-request", "unsupported-protocol", "unauthorized", "not-owner", "not-holder",
     "not-found", "method-not-allowed", "ticket-not-held", "receipt-conflict", "payload-too-large",
-    "unsupported-media-type", "unavailable", "not-in-flight",
+    "unsupported-media-type", "unavailable", "not-in-flight", "role-forbidden",
+    "machine-mismatch",
 }  # fmt: skip
+READER = Cred("control-room", "reader")
+BOUND = Cred("studio-a", "driver", "mA")
 
 
 async def fetch_doc(srv: Running) -> dict[str, Any]:
@@ -30,9 +36,10 @@ async def fetch_doc(srv: Running) -> dict[str, Any]:
 
 
 def router_routes(srv: Running) -> set[tuple[str, str]]:
+    """Every (method, path) the router serves, HEAD included (aiohttp adds it beside GET)."""
     out = set()
     for route in srv.app.router.routes():
-        if route.method == "HEAD" or route.resource is None:
+        if route.resource is None:
             continue
         out.add((route.method.lower(), route.resource.canonical))
     return out
@@ -56,15 +63,84 @@ async def test_every_registered_route_is_documented(server: Running) -> None:
     assert len(v1) >= 13  # 8 POST operations + 5 GET reads
     missing = v1 - doc_routes(doc)
     assert not missing, f"/v1 routes the document lacks: {sorted(missing)}"
-    # ...and it documents nothing the server does not serve. (The control room's static
-    # assets are the only routes deliberately left out.)
-    assert doc_routes(doc) <= served
-    undocumented = {r for r in served - doc_routes(doc) if not r[1].startswith("/control-room/")}
-    assert not undocumented
+    # ...and it documents exactly what the server serves: HEAD beside every GET, the control
+    # room's assets too.
+    assert doc_routes(doc) == served
+    assert ("head", "/healthz") in served and ("get", "/control-room/assets/{name}") in served
+    # Redocly's no-path-trailing-slash is off for the one page a browser link asks for with a
+    # trailing slash (tools/openapi/redocly.yaml); no other path ends in "/".
+    assert [p for p in doc["paths"] if p.endswith("/")] == ["/control-room/"]
+
+
+async def test_every_method_a_path_refuses_is_a_documented_405_with_its_allow(
+    server: Running,
+) -> None:
+    """Every operation declares 405 with the exact Allow the server sends for that path, and
+    the server answers another method so (POST paths: GET; GET paths: POST)."""
+    doc = await fetch_doc(server)
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            allow = op["responses"]["405"]["headers"]["Allow"]
+            assert allow["required"] is True, (method, path)
+            expected = allow["schema"]["const"]
+            assert expected == ("POST" if "post" in item else "GET, HEAD"), path
+        other = "GET" if "post" in item else "POST"
+        concrete = path.replace("{name}", "control-room.css")
+        r = await server.request(other, concrete)
+        assert r.status == 405 and r.code == "method-not-allowed", (other, path, r.status)
+        assert r.headers["Allow"] == expected, path
+        declared = next(iter(item))  # the body is the one each operation declares for 405
+        assert_documented(doc, declared, path, 405, r.text)
+        assert ("coordinator" in r.body) == path.startswith("/v1"), path
+
+
+async def test_head_is_the_get_without_a_body(server: Running) -> None:
+    """aiohttp answers HEAD on every GET path with the GET's status and headers and no body;
+    the document declares each HEAD with the GET's statuses and no content."""
+    doc = await fetch_doc(server)
+    for path, item in doc["paths"].items():
+        if "get" not in item:
+            continue
+        head, get = item["head"], item["get"]
+        assert set(head["responses"]) == set(get["responses"]), path
+        assert all("content" not in r for r in head["responses"].values()), path
+        assert head["security"] == get["security"], path
+        concrete = path.replace("{name}", "control-room.css")
+        g = await server.request("GET", concrete)
+        h = await server.request("HEAD", concrete)
+        assert h.status == g.status and str(h.status) in head["responses"], path
+        assert h.text == "", path
+        assert h.headers.get("Content-Type") == g.headers.get("Content-Type"), path
+
+
+async def test_every_operation_but_the_redirect_declares_a_2xx(server: Running) -> None:
+    """Redocly's operation-2xx-response rule is off (tools/openapi/redocly.yaml) for the one
+    operation that has none by contract, GET/HEAD /v1/dashboard (302); this is the rule for
+    every other one."""
+    doc = await fetch_doc(server)
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            has_2xx = any(code.startswith("2") for code in op["responses"])
+            assert has_2xx == (path != "/v1/dashboard"), (method, path)
+    for item in doc["paths"].values():  # a GET read has no protocolVersion to refuse
+        if "400" in item.get("get", {}).get("responses", {}):
+            assert "unsupported-protocol" not in item["get"]["responses"]["400"]["description"]
+    r = await server.request("GET", "/v1/dashboard")
+    assert r.status == 302 and r.headers["Location"] == "/control-room"
+    dashboard = doc["paths"]["/v1/dashboard"]["get"]["responses"]["302"]
+    assert (
+        r.headers["Content-Type"].startswith("text/plain") and "text/plain" in dashboard["content"]
+    )
+    assert r.text in dashboard["content"]["text/plain"]["schema"]["examples"]
 
 
 async def test_request_bodies_are_the_server_schemas(server: Running) -> None:
     doc = await fetch_doc(server)
+    # msgspec's schema of every body is CPU on a loaded machine: off the loop
+    await asyncio.to_thread(_assert_request_schemas, doc)
+
+
+def _assert_request_schemas(doc: dict[str, Any]) -> None:
     schemas = doc["components"]["schemas"]
     _, generated = msgspec.json.schema_components(
         list(S.SCHEMAS.values()), ref_template="#/components/schemas/{name}"
@@ -133,11 +209,15 @@ async def test_documented_security_is_enforced(server: Running) -> None:
             if not needs_token:
                 continue
             r = await server.request(method.upper(), path, token=None)
-            assert r.status == 401 and r.code == "unauthorized", (method, path, r.status)
+            assert r.status == 401, (method, path, r.status)
+            assert method == "head" or r.code == "unauthorized", (method, path)
             assert "401" in op["responses"]
-            error = op["responses"]["401"]["content"]["application/json"]["schema"]
-            assert error == {"$ref": "#/components/schemas/ErrorReply"}
             assert op["responses"]["401"]["headers"]["WWW-Authenticate"]["required"] is True
+            if method == "head":
+                continue
+            error = op["responses"]["401"]["content"]["application/json"]["schema"]
+            name = "ErrorReply" if path.startswith("/v1") else "PlainErrorReply"
+            assert error == {"$ref": f"#/components/schemas/{name}"}
 
 
 def reply_struct(doc: dict[str, Any], method: str, path: str, status: int) -> type[wire.Wire]:
@@ -162,21 +242,35 @@ def assert_documented(doc: dict[str, Any], method: str, path: str, status: int, 
 
 async def test_reply_schemas_are_the_protocol_structs(server: Running) -> None:
     """Every reply component is msgspec's schema of the protocol Struct, with `required`
-    listing every field the server always sends (all but the UNSET ones)."""
+    listing every field the server always sends (all but the UNSET ones) and `coordinator`
+    the closed set of kinds; Incident is one schema per kind (test_incident_details.py)."""
     doc = await fetch_doc(server)
+    # msgspec's schema of every reply is seconds of CPU on a loaded machine: off the loop
+    await asyncio.to_thread(_assert_reply_schemas, doc)
+
+
+def _assert_reply_schemas(doc: dict[str, Any]) -> None:
     schemas = doc["components"]["schemas"]
     _, generated = msgspec.json.schema_components(
         list(wire.REPLIES), ref_template="#/components/schemas/{name}"
     )
     for name, schema in generated.items():
-        published = dict(schemas[name])
+        if name in OVERRIDDEN:
+            continue
+        published = copy.deepcopy(schemas[name])
         cls = getattr(wire, name)
         sent = [
             f.encode_name for f in msgspec.structs.fields(cls) if f.default is not msgspec.UNSET
         ]
         assert published.pop("required", []) == sent, name
         schema.pop("required", None)
+        kind = published["properties"].get("coordinator")
+        if kind is not None:
+            assert kind.pop("enum") == ["actor-sqlite", "actor-postgres", "local-sqlite"], name
+            kind.pop("description")
         assert published == schema, name
+    incident = schemas["Incident"]["oneOf"]
+    assert len(incident) == len(get_args(wire.IncidentKind)) == len(OVERRIDDEN) - 1
     status = schemas["StatusReply"]
     assert "recentReceipts" in status["properties"]
     assert "recentReceipts" not in status["required"]  # only with includeReceipts
@@ -184,15 +278,16 @@ async def test_reply_schemas_are_the_protocol_structs(server: Running) -> None:
     assert "receiptId" not in schemas["ReceiptReply"]["properties"]  # the client's own record
 
 
-async def test_every_reply_is_exactly_its_documented_schema(server: Running) -> None:
+async def test_every_reply_is_exactly_its_documented_schema(start_server: StartServer) -> None:
     """Real replies of every route, with every list non-empty, are exactly the Struct the
     document names for their status (errors included)."""
+    server = await start_server(credentials=[READER, BOUND])
     base = {"protocolVersion": 1, "lane": "solo:main", "machineId": "mA", "claimId": "cA"}
     ids = {"project": "p", "scene": "s"}
     doc = await fetch_doc(server)
 
-    async def op(name: str, body: dict[str, Any]) -> Any:
-        r = await server.op(name, body)
+    async def op(name: str, body: dict[str, Any], **kw: Any) -> Any:
+        r = await server.op(name, body, **kw)
         assert_documented(doc, "POST", f"/v1/lanes/{name}", r.status, r.text)
         return r
 
@@ -218,7 +313,14 @@ async def test_every_reply_is_exactly_its_documented_schema(server: Running) -> 
     assert (await op("cooldown", {**late, "ticketId": tid, "machineId": "mB"})).status == 403
     rec = {**base, "ticketId": done["ticketId"], "outcome": "completed"}
     assert (await op("reconcile", rec)).status == 409  # done, no job in flight
-    assert (await op("reconcile", {**rec, "machineId": "mB"})).status == 403
+    other = {**rec, "machineId": "mB"}
+    assert (await op("reconcile", other, token=BOUND.token)).status == 403  # machine-mismatch
+    for name in sorted(S.SCHEMAS):  # the reader: a write is role-forbidden
+        body = {**base, **ids, "promptHash": "h9", "ticketId": tid, **rec, "limit": 1}
+        code = (await op(name, body, token=READER.token)).status
+        assert code == (200 if name in ("status", "history") else 403), name
+        # machine-mismatch (or 400 where the body lacks a field): documented either way
+        await op(name, {**body, "machineId": "mB"}, token=BOUND.token)
     assert (await op("reconcile", {**rec, "ticketId": "t_none"})).status == 404
     assert (await op("acquire", {**base, "protocolVersion": 2})).status == 400
     for include in (False, True):
@@ -240,6 +342,7 @@ async def test_every_reply_is_exactly_its_documented_schema(server: Running) -> 
         ("/v1/overview", {}),
         ("/v1/overview", {"lane": "solo:main", "project": "p"}),
         ("/v1/overview", {"limit": "0"}),
+        ("/v1/whoami", {}),
     ]
     for path, params in reads:
         r = await server.get(path, params=params)
@@ -254,7 +357,7 @@ async def test_every_reply_is_exactly_its_documented_schema(server: Running) -> 
     r = await server.get("/v1/overview", params={"lane": "solo:main"})
     reply = msgspec.json.decode(r.text.encode(), type=wire.Overview)
     [lane] = [x for x in reply.lanes if x.lane == "solo:main"]
-    assert lane.held and lane.queued and lane.pause and lane.history.entries
+    assert lane.held and lane.queued and lane.pause and lane.history.entries and lane.eta_error
     assert lane.recent_receipts and lane.receipt_mismatches and lane.projects == ["p"]
     assert reply.incidents and reply.machines and reply.log.entries
     ev = await server.get("/v1/evidence", params={"lane": "solo:main", "ticketId": tid})

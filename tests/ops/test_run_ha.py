@@ -300,6 +300,9 @@ def test_run_ha_starts_prints_ports_and_token_and_stops_cleanly() -> None:
         token_file = ha_dir / "token"
         assert token_file.read_text().split()[0] == token
         assert token_file.stat().st_mode & 0o777 == 0o600
+        creds = ha_dir / "credentials"  # what the replicas read: the token's hash only
+        assert creds.stat().st_mode & 0o777 == 0o600 and token not in creds.read_text()
+        assert creds.read_text().endswith(" name=ha-admin role=admin\n")
         assert (ha_dir / "pgpass").stat().st_mode & 0o777 == 0o600
         status, reply = http(
             proxy_url,

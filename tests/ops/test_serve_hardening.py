@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.credentials import Credentials, parse_credentials
 from coordinator.store.files import copy_lane_file
 from coordinator.store.lock import LOCK_NAME
-from tests.harness import CoordinatorProcess, StartServer, cli, write_config
+from tests.harness import CoordinatorProcess, StartServer, cli, write_config, write_token_file
 
 TOKEN = "hardening-token-0123456789-abcdefghijklmnopqrst"
 SOLO = "solo:main"  # write_config's capacity-1 lane
@@ -43,7 +44,7 @@ def umask(mask: int) -> Iterator[None]:
 
 def token_file(tmp_path: Path) -> Path:
     path = tmp_path / "token"
-    path.write_text(TOKEN + "\n", encoding="utf-8")
+    write_token_file(path, TOKEN)
     return path
 
 
@@ -228,3 +229,15 @@ def test_dev_run_keeps_var_and_its_token_private(
     assert mode(work / "var" / "data") == 0o700
     assert mode(work / "var" / "dev-token") == 0o600
     assert len((work / "var" / "dev-token").read_text().strip()) >= 32
+    # the server's token file: only the hashes of an admin and a reader credential
+    creds = work / "var" / "dev-credentials"
+    assert mode(creds) == mode(work / "var" / "dev-read-token") == 0o600
+    parsed = parse_credentials(creds.read_text(), source=str(creds))
+    assert [(c.name, c.role.value, c.plain) for c in parsed] == [
+        ("dev", "admin", False),
+        ("dev-control-room", "reader", False),
+    ]
+    for name, cred in (("dev-token", parsed[0]), ("dev-read-token", parsed[1])):
+        token = (work / "var" / name).read_text().strip()
+        assert token not in creds.read_text() and token in done.stdout
+        assert Credentials(parsed).authenticate(token.encode()) == cred

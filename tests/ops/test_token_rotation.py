@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from tests.harness import CoordinatorProcess
+from tests.harness import CoordinatorProcess, write_token_file
 
 OLD = "old-token-0123456789-abcdefghijklmnopqrstuv"
 NEW = "new-token-9876543210-zyxwvutsrqponmlkjihgfe"
@@ -24,7 +24,7 @@ def reload(srv: CoordinatorProcess, event: str = "auth.tokens_reloaded") -> dict
 
 def test_sighup_rotates_tokens_without_a_restart(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
-    token_file.write_text(OLD + "\n")
+    write_token_file(token_file, OLD)
     srv = CoordinatorProcess(tmp_path / "data", token_file)
     pid = srv.proc.pid
     try:

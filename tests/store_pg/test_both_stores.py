@@ -5,6 +5,8 @@ their migrations, backups) is in tests/unit/store/test_sqlite.py."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from coordinator.engine.lane import LaneCore
@@ -138,6 +140,29 @@ def test_incidents_round_trip_and_last_collision(store: AnyStore) -> None:
     assert snap.last_collision == {"ticketId": "t_2", "n": [1]}
 
 
+def test_credentials_round_trip_on_every_row(stores: Stores, store: AnyStore) -> None:
+    """docs/protocol.md#credentials: the credential each row records (migration 0008 / pg 0005)."""
+    live = ticket("t_1", 1, state=TicketState.HELD)
+    live.credential = "studio-a"
+    done = ended("t_2", 2, T0 + 50, held_at=T0 + 10)
+    done.credential, done.released_by = "studio-b", "ops"
+    rec = dataclasses.replace(receipt("t_1"), credential="studio-a")
+    pause = Pause("provider-human-check", T0, T0 + 900, "mA", None, "t_1", "studio-a")
+    inc = Incident("late-release", T0, "t_2", "mB", {"fence": 2}, "ops")
+    write(store, [PutTicket(live), PutTicket(done), PutReceipt(rec), PutPause(pause)])
+    write(store, [PutIncident(inc)])
+    # a later write of the ticket keeps who created it (the ticket's row is updated)
+    done.released_by = "ops-2"
+    write(store, [PutTicket(done)])
+    store = stores.reopen(store)
+    assert store.get_ticket("t_1") == live and store.get_ticket("t_2") == done
+    assert store.history(10, None)[0].released_by == "ops-2"
+    assert store.get_receipt(rec.receipt_id) == rec and store.recent_receipts(5) == [rec]
+    assert store.incidents(5) == [(1, inc)]
+    snap = store.load()
+    assert snap.pause == pause and snap.live == [live]
+
+
 def test_incident_ids_are_never_reused(store: AnyStore) -> None:
     write(store, [PutIncident(Incident("lease-expired", T0 + i, None, None, {})) for i in range(3)])
     write(store, [PruneIncidents(keep=0, excess=3)])
@@ -149,15 +174,45 @@ def test_incident_ids_are_never_reused(store: AnyStore) -> None:
 
 
 def test_recent_holds_in_snapshot(store: AnyStore) -> None:
+    """The lane's last 200 holds with their projects, the oldest first (what the ETA's
+    lane and project means are taken from, engine/eta_estimate.py)."""
     changes: list[Change] = []
-    for i in range(25):
-        held_at = T0 + 100 * i
-        changes.append(PutTicket(ended(f"t_{i}", i + 1, held_at + i + 1, held_at=held_at)))
-    changes.append(PutTicket(ended("t_q", 99, T0 + 9999)))  # never held: no hold sample
+    for i in range(205):
+        held_at = T0 + 1000 * i
+        project = "p" if i % 3 else "q"
+        t = ended(f"t_{i}", i + 1, held_at + i + 1, held_at=held_at, project=project)
+        changes.append(PutTicket(t))
+    changes.append(PutTicket(ended("t_n", 999, T0 + 9e6)))  # never held: no hold sample
     write(store, changes)
     snap = store.load()
-    assert snap.recent_holds == [float(i + 1) for i in range(5, 25)]  # 20 newest, oldest first
-    assert snap.history_count == 26
+    want = [("p" if i % 3 else "q", float(i + 1)) for i in range(5, 205)]
+    assert snap.recent_holds == want
+    assert snap.history_count == 206
+
+
+def test_recent_eta_errors_in_snapshot(store: AnyStore) -> None:
+    """The last 100 grants by fence — held, in flight or ended — each |etaFirst − wait|;
+    tickets never granted, or with no first ETA, are not grants that count."""
+    changes: list[Change] = []
+    want: list[float] = []
+    for i in range(1, 121):
+        t = ended(f"t_{i}", i, T0 + 1000 + i, held_at=T0 + i + i % 7)  # waited i % 7 s
+        t.eta_first_seconds = float(i % 5)
+        changes.append(PutTicket(t))
+        want.append(float(abs(i % 5 - i % 7)))
+    holding = ended("t_f", 121, T0 + 2000, held_at=T0 + 121 + 3)
+    holding.eta_first_seconds, holding.submitted_at, holding.in_flight_until = 10.0, T0, T0 + 9e3
+    held = ticket("t_h", 122, state=TicketState.HELD, held_at=T0 + 122 + 0.5)
+    held.eta_first_seconds = 0.25
+    want += [7.0, 0.25]
+    queued = ticket("t_q", 123)
+    queued.eta_first_seconds = 60.0  # given, not yet granted
+    old = ticket("t_o", 124, state=TicketState.HELD, scene="old")  # no first ETA recorded
+    changes += [PutTicket(holding), PutTicket(held), PutTicket(queued), PutTicket(old)]
+    write(store, changes)
+    snap = store.load()
+    assert snap.recent_eta_errors == want[-100:]  # the oldest grant first
+    assert store.get_ticket("t_q") == queued and store.get_ticket("t_o") == old
 
 
 def test_core_round_trip_through_store(stores: Stores, store: AnyStore) -> None:
@@ -183,7 +238,9 @@ def test_core_round_trip_through_store(stores: Stores, store: AnyStore) -> None:
     assert core.served == h.core.served
     assert core.pause == h.core.pause
     assert core.last_collision == h.core.last_collision
-    assert list(core.holds) == list(h.core.holds)
+    assert core.hold_samples.recent() == h.core.hold_samples.recent() != []
+    assert core.eta_errors.recent() == h.core.eta_errors.recent() != []
+    assert core.status(h.now, 10).eta_error == h.core.status(h.now, 10).eta_error
     assert store.get_ticket(a) == h.t(a)
 
 

@@ -171,11 +171,15 @@ def test_postgres_replies_as_sqlite(tmp_path: Path, pg_stores: Stores, replicas:
 
 
 def _without_machines_seen(reply: Any) -> Any:
+    """The reply without what a reloaded core knows only as stored: the machines seen, and
+    the ETA error's window (its last grants among the rows the lane keeps: this script's
+    history of 3 rows holds fewer than a never-reloaded core counted, as
+    docs/protocol.md#eta-error says)."""
     if isinstance(reply, dict):
         return {
             k: _without_machines_seen(v)
             for k, v in reply.items()
-            if k not in ("machinesSeen", "distinctMachines")
+            if k not in ("machinesSeen", "distinctMachines", "etaError")
         }
     if isinstance(reply, list):
         return [_without_machines_seen(v) for v in reply]
@@ -200,7 +204,8 @@ def test_replicas_answer_as_one_store_machines_seen_within_the_write_interval(
 ) -> None:
     """Two replicas serving one lane answer as one store does. Evidence's `machinesSeen` lists
     the same machines; a core reloaded after another replica wrote knows a machine's time as
-    stored, which is written at most every SEEN_WRITE_SECONDS: at most that much behind."""
+    stored, which is written at most every SEEN_WRITE_SECONDS: at most that much behind; its
+    ETA error counts the grants the lane still stores (history_retained 3 here)."""
     sqlite = sqlite_stores(tmp_path)
     try:
         one = _replay(Host([sqlite.new()]))  # one store, one core: never reloaded
@@ -212,6 +217,8 @@ def test_replicas_answer_as_one_store_machines_seen_within_the_write_interval(
         return msgspec.json.decode(msgspec.json.encode(replies))
 
     assert _without_machines_seen(wire(one)) == _without_machines_seen(wire(two))
+    # five grants; the replicas reload the three rows the render log keeps
+    assert one[-2]["etaError"]["grants"] == 5 and two[-2]["etaError"]["grants"] == 3
     seen_one: list[dict[str, float]] = []
     seen_two: list[dict[str, float]] = []
     _machines_seen(wire(one), seen_one)

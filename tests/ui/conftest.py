@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
 
-from tests.ui.kit import Seeded, seed, start_timeline_demo, start_ui_coordinator
+from tests.ui.kit import UI_READER, Seeded, seed, start_timeline_demo, start_ui_coordinator
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -58,7 +58,7 @@ def timeline_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
     """A coordinator whose ManualClock walked three hours of holds (kit.walk_timeline)."""
     demo = start_timeline_demo(tmp_path_factory.mktemp("timeline-demo"))
     try:
-        yield demo.url, demo.token
+        yield demo.url, UI_READER.token  # the page only reads
     finally:
         demo.stop()
 

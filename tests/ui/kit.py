@@ -25,6 +25,7 @@ import rfc8785
 from coordinator.clock import ManualClock
 from coordinator.config import Config
 from tests.harness import CoordinatorProcess, ThreadedCoordinator
+from tests.harness.credentials import Cred, write_credentials
 
 MAIN = "seedance-direct:main"  # capacity 1: a holder, two waiters, a render log, receipts
 POOL = "kling:team"  # capacity 2: paused by a provider human check
@@ -156,8 +157,8 @@ class Api:
 @dataclass
 class Seeded:
     base: str
-    token: str
-    api: Api
+    token: str  # the reader credential's: what the page is unlocked with
+    api: Api  # writes with the admin credential
     main_held: dict[str, Any]
     main_queued: list[dict[str, Any]]
     mismatch_ticket: dict[str, Any]
@@ -166,9 +167,21 @@ class Seeded:
     history_by_project: dict[str, int]
 
 
+# The UI coordinators' credentials (docs/protocol.md#credentials): the seeding writes as the
+# admin; the page is unlocked with the reader unless a test says otherwise.
+UI_ADMIN = Cred("ops", "admin")
+UI_READER = Cred("control-room", "reader")
+UI_DRIVER = Cred("studio-a", "driver", "studio-a")
+UI_CREDENTIALS = (UI_ADMIN, UI_READER, UI_DRIVER)
+
+
 def start_ui_coordinator(tmp: Path) -> CoordinatorProcess:
-    """`lane-coordinator serve` with `ui_config()`, data and token file in `tmp`."""
-    return CoordinatorProcess(tmp / "data", tmp / "token", ui_config(), log_level="warning")
+    """`lane-coordinator serve` with `ui_config()`, data and token file in `tmp`; the file holds
+    UI_CREDENTIALS, and the process's `token` is the admin's (what seeding writes with)."""
+    tokens = write_credentials(tmp / "token", UI_CREDENTIALS)
+    proc = CoordinatorProcess(tmp / "data", tokens, ui_config(), log_level="warning")
+    proc.token = UI_ADMIN.token
+    return proc
 
 
 def seed(base: str, token: str) -> Seeded:
@@ -244,7 +257,7 @@ def seed(base: str, token: str) -> Seeded:
 
     return Seeded(
         base=base,
-        token=token,
+        token=UI_READER.token,  # what the page is unlocked with: it only reads
         api=api,
         main_held=h,
         main_queued=[q1, q2],
@@ -430,7 +443,9 @@ def start_timeline_demo(tmp: Path) -> ThreadedCoordinator:
     the control room's timeline has hours of history to draw."""
     now0 = time.time()
     clock = ManualClock(start=now0 - 200 * 60)
-    coord = ThreadedCoordinator(tmp / "data", config=timeline_config(), clock=clock)
+    coord = ThreadedCoordinator(
+        tmp / "data", config=timeline_config(), clock=clock, credentials=[UI_READER]
+    )
     try:
         coord.call(lambda: walk_timeline(coord.url, coord.token, clock, now0), timeout=120)
 

@@ -16,7 +16,13 @@ from urllib.parse import urlsplit
 import pytest
 from playwright.sync_api import Page, Request, expect
 
-from tests.ui.kit import many_lane_name, many_lane_projects, seed_many_lanes, start_ui_coordinator
+from tests.ui.kit import (
+    UI_READER,
+    many_lane_name,
+    many_lane_projects,
+    seed_many_lanes,
+    start_ui_coordinator,
+)
 
 LANES = 50
 # Requests one refresh may make, whatever the number of lanes: GET /v1/overview (every
@@ -30,8 +36,8 @@ REFRESH_MARK = "/v1/overview"  # the first request of every refresh
 def many_lanes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     proc = start_ui_coordinator(tmp_path_factory.mktemp("many-lanes"))
     try:
-        seed_many_lanes(proc.url, proc.token, LANES)
-        yield proc.url, proc.token
+        seed_many_lanes(proc.url, proc.token, LANES)  # as the admin
+        yield proc.url, UI_READER.token  # the page only reads
     finally:
         proc.stop()
 

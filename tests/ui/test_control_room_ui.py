@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Request, expect
 
-from coordinator.http.reads import CONTROL_ROOM_ASSETS
+from coordinator.http.assets import CONTROL_ROOM_ASSETS
 from tests.ui.kit import (
     MAIN,
     POOL,
@@ -30,11 +30,13 @@ TOKEN_KEY = "laneControlRoom.token"
 
 # Everything the page may ever ask for: its own files (the style and the script's ES modules,
 # the package's fixed asset list) and the read endpoints (GET only: /v1/lanes checks a pasted
-# token; each refresh is one /v1/overview and one /v1/evidence).
+# token, /v1/whoami names its credential once per unlock; each refresh is one /v1/overview and
+# one /v1/evidence).
 ALLOWED = {
     ("GET", "/control-room"),
     *(("GET", f"/control-room/assets/{name}") for name in CONTROL_ROOM_ASSETS),
     ("GET", "/v1/lanes"),
+    ("GET", "/v1/whoami"),
     ("GET", "/v1/overview"),
     ("GET", "/v1/evidence"),
 }

@@ -1,5 +1,5 @@
-"""Config parsing, bearer tokens, and lane names (coordinator/config.py,
-coordinator/protocol/names.py)."""
+"""Config parsing and lane names (coordinator/config.py, coordinator/protocol/names.py). The
+token file's credentials: tests/unit/test_credentials.py."""
 
 from __future__ import annotations
 
@@ -13,10 +13,8 @@ from hypothesis import strategies as st
 
 from coordinator import constants as C
 from coordinator.config import (
-    TOKEN_ENV,
     Config,
     load_config,
-    load_tokens,
     parse_config,
 )
 from coordinator.errors import ConfigError
@@ -28,9 +26,6 @@ from coordinator.protocol.names import (
     lane_from_file_name,
     parse_lane,
 )
-
-GOOD_TOKEN = "k" * 32
-OTHER_TOKEN = "n" * 40
 
 SPEC_EXAMPLE = """
 default_lease_seconds = 300       # 15..3600
@@ -258,89 +253,6 @@ def test_load_config_bad_toml_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         load_config(f)
     assert str(f) in str(exc.value) and "TOML" in str(exc.value)
-
-
-# ---------------------------------------------------------------- tokens
-
-
-def test_token_from_env() -> None:
-    assert load_tokens(None, {TOKEN_ENV: GOOD_TOKEN}) == [GOOD_TOKEN.encode()]
-    assert load_tokens(None, {TOKEN_ENV: f"  {GOOD_TOKEN}\n"}) == [GOOD_TOKEN.encode()]
-
-
-@pytest.mark.parametrize("sep", [",", " ", "\n", ", "])
-def test_several_env_tokens_for_rotation(sep: str) -> None:
-    got = load_tokens(None, {TOKEN_ENV: GOOD_TOKEN + sep + OTHER_TOKEN})
-    assert got == [GOOD_TOKEN.encode(), OTHER_TOKEN.encode()]
-
-
-def test_token_file_lines_comments_and_rotation(tmp_path: Path) -> None:
-    f = tmp_path / "tokens"
-    f.write_text(
-        f"# current and next token\n\n{GOOD_TOKEN}\n   {OTHER_TOKEN}   \n", encoding="utf-8"
-    )
-    assert load_tokens(f, {}) == [GOOD_TOKEN.encode(), OTHER_TOKEN.encode()]
-
-
-def test_indented_comment_in_token_file_is_not_a_token(tmp_path: Path) -> None:
-    f = tmp_path / "tokens"
-    comment = "   # rotated on monday; the old one was retired that day"
-    f.write_text(f"{GOOD_TOKEN}\n{comment}\n", encoding="utf-8")
-    assert load_tokens(f, {}) == [GOOD_TOKEN.encode()]
-
-
-def test_token_file_wins_over_env(tmp_path: Path) -> None:
-    f = tmp_path / "tokens"
-    f.write_text(OTHER_TOKEN + "\n", encoding="utf-8")
-    assert load_tokens(f, {TOKEN_ENV: GOOD_TOKEN}) == [OTHER_TOKEN.encode()]
-
-
-def _assert_how_to(msg: str) -> None:
-    assert "secrets.token_urlsafe(32)" in msg
-    assert TOKEN_ENV in msg and "--token-file" in msg
-
-
-@pytest.mark.parametrize("bad", ["short", "x" * 31, f"{GOOD_TOKEN},{'y' * 31}"])
-def test_short_token_refused_with_how_to(bad: str) -> None:
-    with pytest.raises(ConfigError) as exc:
-        load_tokens(None, {TOKEN_ENV: bad})
-    msg = str(exc.value)
-    assert "32" in msg
-    _assert_how_to(msg)
-    for part in bad.split(","):
-        assert part not in msg  # never the token itself
-
-
-def test_token_length_is_counted_in_bytes() -> None:
-    assert load_tokens(None, {TOKEN_ENV: "é" * 16}) == ["é".encode() * 16]  # 32 bytes
-    with pytest.raises(ConfigError):
-        load_tokens(None, {TOKEN_ENV: "é" * 15 + "a"})  # 31 bytes
-
-
-@pytest.mark.parametrize("env", [{}, {TOKEN_ENV: ""}, {TOKEN_ENV: " , \n"}])
-def test_missing_token_refused_with_how_to(env: dict[str, str]) -> None:
-    with pytest.raises(ConfigError) as exc:
-        load_tokens(None, env)
-    assert "no token" in str(exc.value)
-    _assert_how_to(str(exc.value))
-
-
-def test_empty_or_missing_token_file_refused(tmp_path: Path) -> None:
-    empty = tmp_path / "empty"
-    empty.write_text("# only a comment\n\n", encoding="utf-8")
-    with pytest.raises(ConfigError) as exc:
-        load_tokens(empty, {TOKEN_ENV: GOOD_TOKEN})
-    _assert_how_to(str(exc.value))
-    missing = tmp_path / "missing"
-    with pytest.raises(ConfigError) as exc:
-        load_tokens(missing, {})
-    assert str(missing) in str(exc.value)
-    _assert_how_to(str(exc.value))
-
-
-def test_tokens_default_to_process_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(TOKEN_ENV, OTHER_TOKEN)
-    assert load_tokens(None) == [OTHER_TOKEN.encode()]
 
 
 # ---------------------------------------------------------------- lane names

@@ -300,3 +300,38 @@ def test_ledger_counts_by_moment() -> None:
     assert ledger.acknowledged_after(4.5) == 3
     assert ledger.unavailable_between(1, 2) == 2
     assert ledger.lanes == {SOLO}
+
+
+# ------------------------------------------------ (f) credentials (docs/protocol.md#credentials)
+
+
+def _credential_day(made_by: str, released_by: str) -> Report:
+    """c1 acquires and releases t1 as `studio-a`; the server's row names `made_by` and
+    `released_by`."""
+    led = Ledger(clock=lambda: 0.0)
+    t = ticket("t1", "held", fence=1, held=T0)
+    e = led.sent("c1", "acquire", SOLO, {"lane": SOLO}, at=1, credential="studio-a")
+    led.replied(e, 200, {"ticket": t, "duplicate": False}, at=1.01)
+    body = {"lane": SOLO, "ticketId": "t1", "outcome": "completed"}
+    e = led.sent("c1", "release", SOLO, body, at=2, credential="studio-a")
+    reply = {"released": True, "state": "done", "outcome": "completed", "reason": None}
+    led.replied(e, 200, reply, at=2.01)
+    unchecked = led.sent("c2", "acquire", SOLO, {"lane": SOLO}, at=3)  # no credential known
+    led.replied(unchecked, 200, {"ticket": ticket("t2", "queued"), "duplicate": False}, at=3.01)
+    r1 = {**row("t1", 1, T0, T0 + 5), "credential": made_by, "releasedBy": released_by}
+    queued = [{**ticket("t2", "queued"), "credential": "someone-else"}]
+    return check(led, [view(SOLO, 1, [r1], queued=queued)])
+
+
+def test_rows_naming_the_attempts_credentials_pass() -> None:
+    report = _credential_day("studio-a", "studio-a")
+    assert report.ok, report.explain()
+
+
+def test_a_row_naming_another_credential_fails() -> None:
+    report = _credential_day("studio-b", "ops")
+    assert not report.ok
+    text = report.explain()
+    assert "made t1 with credential 'studio-a'; the server's row names 'studio-b'" in text
+    assert "released t1 with credential 'studio-a'; the server's row names releasedBy 'ops'" in text
+    assert "t2" not in text  # recorded without a credential: not checked

@@ -54,6 +54,8 @@ CLIENT_MODULES = (
 ENGINE_MODULES = (
     "coordinator.engine",
     "coordinator.engine.commands",
+    "coordinator.engine.eta_error",
+    "coordinator.engine.eta_estimate",
     "coordinator.engine.lane",
     "coordinator.engine.lane_queue",
     "coordinator.engine.lane_slots",

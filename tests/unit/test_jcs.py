@@ -99,12 +99,43 @@ def test_no_whitespace_and_utf8_output() -> None:
     assert out == '{"a":null,"b":[1,2,{"c":"é"}]}'.encode()
 
 
-@pytest.mark.parametrize("bad", [2**53, -(2**53), 10**30, {"n": [2**64]}])
-def test_integers_beyond_safe_range_are_bad_request(bad: Any) -> None:
+@pytest.mark.parametrize(
+    ("integer", "literal", "text"),
+    [
+        (10**21, "1e21", b"1e+21"),
+        (10**30, "1E30", b"1e+30"),
+        (10**16, "1.0e16", b"10000000000000000"),
+        (-(10**21), "-1e21", b"-1e+21"),
+        (2**53, "9007199254740992.0", b"9007199254740992"),
+        (2**64, "1.8446744073709552e19", b"18446744073709552000"),
+    ],
+)
+def test_a_number_is_a_double_however_it_is_written(
+    integer: int, literal: str, text: bytes
+) -> None:
+    """RFC 8785 reads every number as an IEEE 754 double: an integer beyond ±(2^53−1) is the
+    same number as the float literal of its value, and canonicalizes the same."""
+    as_float = json.loads(literal)
+    assert isinstance(as_float, float) and as_float == float(integer)
+    assert (
+        canonical_json({"n": integer}) == canonical_json({"n": as_float}) == b'{"n":' + text + b"}"
+    )
+    assert canonical_json([integer]) == b"[" + text + b"]"
+
+
+def test_an_integer_beyond_2_53_is_the_double_nearest_to_it() -> None:
+    assert canonical_json(2**53 + 1) == b"9007199254740992"  # as JSON.parse reads it
+    assert canonical_json(2**53 - 1) == b"9007199254740991"  # exact: kept as an integer
+
+
+@pytest.mark.parametrize("bad", [10**309, -(10**309), {"n": [10**400]}])
+def test_a_number_beyond_the_double_range_is_bad_request(bad: Any) -> None:
     with pytest.raises(BadRequest) as exc:
         canonical_json(bad)
-    assert "payload" in exc.value.message and "2^53" in exc.value.message
+    assert "payload" in exc.value.message and "double range" in exc.value.message
     assert exc.value.status == 400 and exc.value.code == "bad-request"
+    largest = int(1.7976931348623157e308)
+    assert canonical_json(largest) == b"1.7976931348623157e+308"
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, {"x": [math.nan]}])
@@ -126,10 +157,10 @@ def test_uncanonicalizable_values_are_bad_request() -> None:
 _json = st.recursive(
     st.none()
     | st.booleans()
-    | st.integers(min_value=-(2**53 - 1), max_value=2**53 - 1)
-    # Floats stay below 2^53: a bigger integral float prints as an integer literal, which
-    # parses back as an int outside the accepted range (docs/protocol.md).
-    | st.floats(min_value=-(2.0**53 - 1), max_value=2.0**53 - 1)
+    # Every number is a double: an integer beyond ±(2^53−1), or a float that prints as one,
+    # reads back as the same double (docs/protocol.md#receipts).
+    | st.integers(min_value=-(10**30), max_value=10**30)
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=8),
     lambda inner: (
         st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)

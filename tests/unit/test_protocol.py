@@ -3,7 +3,7 @@ own enums, error classes and constants agree with, and which decodes the way a c
 
 from __future__ import annotations
 
-from typing import Any, get_args
+from typing import Annotated, Any, get_args
 
 import msgspec
 import pytest
@@ -14,7 +14,7 @@ from coordinator import errors as server_errors
 from coordinator.engine import model
 from coordinator.protocol import constants as C
 from coordinator.protocol import errors as E
-from coordinator.protocol import names
+from coordinator.protocol import names, receipts
 from coordinator.protocol import replies as wire
 from coordinator.protocol import requests as S
 
@@ -25,7 +25,12 @@ def test_core_enums_are_the_protocol_literals() -> None:
     assert get_args(wire.ReleaseOutcome) == model.RELEASE_OUTCOMES
     assert tuple(p.value for p in model.ReceiptPhase) == get_args(wire.ReceiptPhase)
     assert {k.value for k in model.IncidentKind} == set(get_args(wire.IncidentKind))
-    assert get_args(S.CooldownReason) == C.COOLDOWN_REASONS
+    assert get_args(wire.CooldownReason) == C.COOLDOWN_REASONS
+    assert set(get_args(wire.CoordinatorKind)) == {C.ACTOR_SQLITE, C.ACTOR_POSTGRES, C.LOCAL_SQLITE}
+    reconciled = {
+        f"reconciled:{o}" for o in {*model.RECONCILE_OUTCOMES, *model.IN_FLIGHT_TERMINAL_OUTCOMES}
+    }
+    assert set(get_args(wire.InFlightEnd)) == {"receipt", "expired", *reconciled}
     assert get_args(S.ProtocolVersion) == C.SUPPORTED_PROTOCOLS == (C.PROTOCOL_VERSION,)
 
 
@@ -68,7 +73,17 @@ def test_replies_decode_leniently() -> None:
         "enforced": True,
         "granted": False,
         "owner": {"machineId": "m"},
-        "ticket": {"ticketId": "t_1", "lane": "a:b", "state": "queued", "future": 1},
+        "ticket": {
+            "ticketId": "t_1",
+            "lane": "a:b",
+            "state": "queued",
+            "machineId": "m",
+            "project": "p",
+            "scene": "s",
+            "promptHash": "h",
+            "enqueuedAt": 1.0,
+            "future": 1,
+        },
         "later": {"x": 1},
     }
     r = msgspec.convert(data, wire.LaneReply)
@@ -136,3 +151,58 @@ def test_ticket_ids_are_random_url_safe_capabilities() -> None:
     a, b = names.new_ticket_id(), names.new_ticket_id()
     assert a != b and a.startswith("t_") and len(a) == 2 + 22
     assert msgspec.json.decode(msgspec.json.encode(a)) == a
+
+
+# Every pattern the document publishes, with a value it matches.
+PUBLISHED_PATTERNS = {
+    "lane": (names.LANE_PATTERN, "demo:main"),
+    "part": (names.PART_PATTERN, "demo"),
+    "machine": (names.MACHINE_PATTERN, "studio-a"),
+    "hash": (receipts.HASH_PATTERN, "sha256:" + "0" * 64),
+    "receiptId": (receipts.RECEIPT_ID_PATTERN, "t_1:lease-acquired:" + "0" * 16),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_PATTERNS))
+def test_published_patterns_refuse_a_trailing_newline_as_msgspec_reads_them(name: str) -> None:
+    """msgspec validates a pattern with re.search, where a bare `$` also matches before a
+    trailing newline: the patterns end in `$(?!\\n)` (the end in Python and in ECMA-262, the
+    dialect JSON Schema tools use; `\\Z` is Python only), so the server stays as strict."""
+    pattern, good = PUBLISHED_PATTERNS[name]
+    assert "\\Z" not in pattern and pattern.startswith("^") and pattern.endswith(names.END)
+    checked = Annotated[str, msgspec.Meta(pattern=pattern)]
+    assert msgspec.convert(good, checked) == good
+    leading = [] if name == "receiptId" else ["\n" + good]  # its ticket part may hold any
+    for bad in (good + "\n", good + "\r\n", good + "\nx", *leading):
+        with pytest.raises(msgspec.ValidationError):
+            msgspec.convert(bad, checked)
+    bare = pattern.removesuffix(names.END) + "$"  # what `$` alone would let through
+    assert msgspec.convert(good + "\n", Annotated[str, msgspec.Meta(pattern=bare)])
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("machineId", "mA\n"),
+        ("lane", "solo:main\n"),
+        ("contentHash", "sha256:" + "0" * 64 + "\n"),
+        ("receiptId", "t_1:lease-acquired:" + "0" * 16 + "\n"),
+    ],
+)
+def test_a_trailing_newline_is_refused_in_a_body(field: str, value: str) -> None:
+    body: dict[str, Any] = {
+        "protocolVersion": 1,
+        "lane": "solo:main",
+        "machineId": "mA",
+        "ticketId": "t_1",
+        "receiptId": "t_1:lease-acquired:" + "0" * 16,
+        "phase": "lease-acquired",
+        "payload": {},
+        "contentHash": "sha256:" + "0" * 64,
+    }
+    S.validate(dict(body), S.ReceiptBody)  # valid as it is
+    with pytest.raises(E.BadRequest) as exc:
+        body[field] = value
+        parsed = S.validate(body, S.ReceiptBody)
+        receipts.check_receipt_id(parsed.receipt_id, parsed.ticket_id, parsed.phase)
+    assert field in exc.value.message

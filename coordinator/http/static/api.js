@@ -1,8 +1,9 @@
-/* HTTP, reads only: the bearer token and the three GET endpoints the page may call.
+/* HTTP, reads only: the bearer token and the four GET endpoints the page may call.
  *
  * - The token lives in this module (memory) and in this tab's sessionStorage, nowhere else;
  *   it goes only into the Authorization header of same-origin requests, never into a URL.
- * - GET /v1/lanes checks a pasted token; a refresh is GET /v1/overview + GET /v1/evidence.
+ * - GET /v1/lanes checks a pasted token, GET /v1/whoami names its credential (once per
+ *   unlock); a refresh is GET /v1/overview + GET /v1/evidence.
  *   There is no mutating call here, and no request body is ever sent.
  */
 
@@ -73,6 +74,9 @@ async function get(path) {
 }
 
 export const getLanes = () => get('/v1/lanes');
+
+/** The credential this tab's token is: name, role, machine, canWrite (never a secret). */
+export const getWhoami = () => get('/v1/whoami');
 
 /** The whole refresh in one read: its size is bounded, its count is one, for any lane count. */
 export const getOverview = (logLane, project) =>

@@ -2,8 +2,9 @@
  * (docs/protocol.md#control-room-reads). The entry module (<script type="module">); the page is native ES modules from the same folder, no build.
  *
  * Rules every module keeps:
- * - Read endpoints only (api.js): GET /v1/lanes (to check a pasted token), GET /v1/overview
- *   and GET /v1/evidence. Nothing else; no request body.
+ * - Read endpoints only (api.js): GET /v1/lanes (to check a pasted token), GET /v1/whoami
+ *   (which credential it is, once per unlock: credential.js), GET /v1/overview and
+ *   GET /v1/evidence. Nothing else; no request body.
  * - A refresh costs a fixed number of requests whatever the number of lanes: one
  *   /v1/overview and one /v1/evidence (state.js), every REFRESH_MS; the page shows itself
  *   stale after STALE_AFTER_MS without an answer (view.js).
@@ -16,7 +17,8 @@
  *
  * Modules: config (numbers, vocabularies) · api (token, reads) · state (state, refresh
  * loop) · dom (builders) · format (time, duration, id text) · view (patch, tick, live
- * indicator) · widgets (shared pieces) · session (unlock, lock) · one per panel: lanes,
+ * indicator) · widgets (shared pieces) · session (unlock, lock) · credential (whoami, its
+ * warning, the credential on a row) · one per panel: lanes,
  * timeline, log, receipts, alerts, incidents, computers, evidence.
  */
 

@@ -2,6 +2,7 @@
  * newest first (the overview merged them). */
 
 import { INCIDENTS } from './config.js';
+import { credTag } from './credential.js';
 import { empty, h } from './dom.js';
 import { ticketLink } from './evidence.js';
 import { clockTime, humanDur, shortHash } from './format.js';
@@ -53,6 +54,7 @@ export function renderIncidents(d) {
         h('div', { class: 'inc-body' }, incidentDetail(i)),
         h('div', { class: 'inc-meta muted small' }, laneName(i.lane),
           i.machineId ? [' · ', h('strong', null, i.machineId)] : null,
+          i.credential ? [' · ', credTag(i.credential)] : null,
           i.ticketId ? [' · ', ticketLink(i.lane, i.ticketId)] : null));
     }));
   });

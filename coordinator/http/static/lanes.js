@@ -1,7 +1,10 @@
-/* The Lanes panel: one card per lane — who holds each slot, who waits, and for how long. */
+/* The Lanes panel: one card per lane — who holds each slot (a held ticket, or an in-flight
+ * provider job whose lease ended), who waits, for how long, and how far the lane's ETAs were
+ * off. */
 
 import { empty, h, row, table } from './dom.js';
 import { ticketLink } from './evidence.js';
+import { clockTime, humanDur } from './format.js';
 import { patch } from './view.js';
 import { etaIn, laneName, pauseText, request, since, until, who } from './widgets.js';
 
@@ -16,6 +19,9 @@ export function renderLanes(d) {
         t.heldAt, t.leaseExpiresAt, t.fence]),
       queued: st.queued.map((t) => [t.ticketId, t.machineId, t.claimId, t.project, t.scene,
         t.position, t.enqueuedAt, Math.round((st.now + t.etaSeconds) / 5)]),
+      inFlight: (st.inFlight || []).map((j) => [j.ticketId, j.fence, j.machineId, j.claimId,
+        j.project, j.scene, j.submittedAt, j.holdUntil]),
+      etaError: st.etaError || null,
     };
   });
   patch('lanes', inputs, () => {
@@ -39,11 +45,13 @@ function laneCard(summary, x) {
   const cap = st.capacity;
   const held = st.held || [];
   const queued = st.queued || [];
+  const inFlight = st.inFlight || [];
+  const taken = held.length + inFlight.length; // capacity counts both
   const total = st.queuedTotal ?? queued.length;
   let chip;
   if (st.pause) chip = h('span', { class: 'state-chip st-paused' }, '‖ paused');
-  else if (held.length >= cap) chip = h('span', { class: 'state-chip st-busy' }, `● busy ${held.length}/${cap}`);
-  else chip = h('span', { class: 'state-chip st-free' }, `○ ${cap - held.length} free slot${cap - held.length > 1 ? 's' : ''}`);
+  else if (taken >= cap) chip = h('span', { class: 'state-chip st-busy' }, `● busy ${taken}/${cap}`);
+  else chip = h('span', { class: 'state-chip st-free' }, `○ ${cap - taken} free slot${cap - taken > 1 ? 's' : ''}`);
 
   const heldHeaders = ['Holder', 'Request', 'Lease ends in', 'Held for', 'Ticket'];
   const heldRows = held.map((t) => row(heldHeaders, [
@@ -51,7 +59,8 @@ function laneCard(summary, x) {
     until(t.leaseExpiresAt, 'num lease'), since(t.heldAt),
     [ticketLink(summary.lane, t.ticketId), h('span', { class: 'muted small fence' }, ` fence ${t.fence}`)],
   ], { class: 'held-row', 'data-ticket-row': t.ticketId }));
-  const free = Math.max(0, cap - held.length);
+  for (const j of inFlight) heldRows.push(inFlightRow(heldHeaders, summary.lane, j));
+  const free = Math.max(0, cap - taken);
   for (let i = 0; i < Math.min(free, 4); i += 1) {
     heldRows.push(h('tr', { class: 'free-row' },
       h('td', { colspan: 5 }, h('span', { class: 'free-slot' },
@@ -74,9 +83,37 @@ function laneCard(summary, x) {
       chip),
     st.pause ? h('div', { class: 'pause-banner', role: 'status' },
       h('span', { class: 'pause-icon', 'aria-hidden': 'true' }, '‖'), ' ', pauseText(st.pause)) : null,
-    h('h4', null, `Holding (${held.length} of ${cap})`),
+    h('h4', null, `Holding (${taken} of ${cap})` +
+      (inFlight.length ? ` — ${inFlight.length} in-flight provider job${inFlight.length > 1 ? 's' : ''}` : '')),
     table(heldHeaders, heldRows, 'tbl-held'),
-    h('h4', null, total ? `Waiting (${total}) — in promotion order` : 'Waiting (0)'),
+    h('h4', null, total ? `Waiting (${total}) — in promotion order` : 'Waiting (0)',
+      ' ', etaErrorNote(st.etaError)),
     queued.length ? table(qHeaders, qRows, 'tbl-queue') : empty('Nobody is waiting.'),
     total > queued.length ? h('p', { class: 'muted small' }, `+ ${total - queued.length} more waiting`) : null);
+}
+
+/** An ended ticket whose provider job may still run: it keeps its slot until holdUntil. */
+function inFlightRow(headers, lane, j) {
+  return row(headers, [
+    who(j.machineId, j.claimId), request(j.project, j.scene),
+    h('span', {
+      class: 'in-flight-note',
+      title: 'The lease ended, but the provider may still run this job: its slot stays taken ' +
+        'until then, or until a provider-terminal receipt or a reconcile ends the hold.',
+    }, `provider job may still run — until ${clockTime(j.holdUntil)}`),
+    h('span', { title: 'since its provider submit' }, since(j.submittedAt)),
+    [ticketLink(lane, j.ticketId), j.fence === null || j.fence === undefined ? null
+      : h('span', { class: 'muted small fence' }, ` fence ${j.fence}`)],
+  ], { class: 'in-flight-row', 'data-ticket-row': j.ticketId });
+}
+
+/** How far the lane's ETAs were off over its last grants (docs/protocol.md#eta-error). */
+function etaErrorNote(e) {
+  if (!e) return h('span', { class: 'eta-error muted small' }, 'ETA error: no grants yet');
+  const n = `${e.grants} grant${e.grants === 1 ? '' : 's'}`;
+  return h('span', {
+    class: 'eta-error muted small',
+    title: `Over the last ${n}: half started within ${humanDur(e.medianSeconds)} of the ETA ` +
+      `they were first given, nine in ten within ${humanDur(e.p90Seconds)}.`,
+  }, `ETA ±${humanDur(e.medianSeconds)} (p90 ${humanDur(e.p90Seconds)}, ${n})`);
 }

@@ -2,6 +2,7 @@
  * filters (the project filter offers the chosen lane's projects only) and outcome counts. */
 
 import { LOG_MORE, LOG_PAGE, logLimitFor } from './config.js';
+import { credTag } from './credential.js';
 import { $, empty, h, row, setOptions, table } from './dom.js';
 import { ticketLink } from './evidence.js';
 import { clockDur } from './format.js';
@@ -68,7 +69,7 @@ export function renderLog(d) {
         e.providerJobId || e.note ? h('div', { class: 'muted small' },
           e.providerJobId ? `job ${e.providerJobId}` : '', e.providerJobId && e.note ? ' · ' : '',
           e.note ? `“${e.note}”` : '') : null],
-      who(e.machineId, e.claimId), outcomeChip(e.outcome, e.lateOutcome),
+      [who(e.machineId, e.claimId), credentials(e)], outcomeChip(e.outcome, e.lateOutcome),
       h('span', { class: 'num' }, e.waitSeconds === null ? '—' : clockDur(e.waitSeconds)),
       h('span', { class: 'num' }, e.holdSeconds === null ? 'never held' : clockDur(e.holdSeconds)),
       ticketLink(e.lane, e.ticketId),
@@ -87,6 +88,14 @@ export function renderLog(d) {
     $('log-shown').textContent = '';
     more.hidden = true;
   }
+}
+
+/** A render-log row's credentials: the acquire's, and the release's when another made it done
+ * (a hand release). */
+function credentials(e) {
+  const other = e.releasedBy && e.releasedBy !== e.credential;
+  return h('div', { class: 'muted small creds' }, credTag(e.credential),
+    other ? [' · ', credTag(e.releasedBy, 'released by')] : null);
 }
 
 /** The filters and "Show more": a filter change shows the first rows and reads again. */

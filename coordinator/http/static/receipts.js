@@ -2,6 +2,7 @@
  * ones; the coordinator re-checks each hash. */
 
 import { RECEIPTS_SHOWN } from './config.js';
+import { credTag } from './credential.js';
 import { empty, h, row, table } from './dom.js';
 import { ticketLink } from './evidence.js';
 import { shortHash } from './format.js';
@@ -58,7 +59,8 @@ export function renderReceipts(d) {
       // the newest few, and every mismatch among the lane's recent receipts
       out.push(h('div', { class: 'table-wrap' }, table(headers, recs.map((r) => row(headers, [
         whenCell(r.createdAt), h('span', { class: 'phase' }, r.phase),
-        h('span', { class: 'stack' }, h('strong', null, r.machineId), ticketLink(lane, r.ticketId)),
+        h('span', { class: 'stack' }, h('strong', null, r.machineId), ticketLink(lane, r.ticketId),
+          credTag(r.credential)),
         h('span', { class: 'mono hash', title: r.contentHash }, shortHash(r.contentHash)),
         verdict(r.contentHashVerified),
       ], {

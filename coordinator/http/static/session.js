@@ -3,6 +3,7 @@
  * forgets the token and every byte of data at once. */
 
 import { HttpError, NetError, forgetToken, getLanes, keepToken, useToken } from './api.js';
+import { checkCredential, clearCredential } from './credential.js';
 import { $, h } from './dom.js';
 import { refreshNow, resetState, state } from './state.js';
 import { renderLive } from './view.js';
@@ -67,13 +68,14 @@ export function showDashboard() {
   $('lock').hidden = false;
   state.lastOkMs = 0;
   state.lastError = null;
-  refreshNow();
+  checkCredential().then(refreshNow); // which credential, once, before the first refresh
 }
 
 /** Lock: forget the token and every byte of data at once. */
 export function lock(message) {
   forgetToken();
   resetState();
+  clearCredential();
   for (const id of PANELS) $(id).replaceChildren();
   for (const id of ['log-lane', 'log-project']) {
     const sel = $(id);

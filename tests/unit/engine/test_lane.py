@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.engine.commands import Heartbeat, Release
+from coordinator.engine.commands import (
+    Acquire,
+    Cooldown,
+    Heartbeat,
+    Reconcile,
+    RecordReceipt,
+    Release,
+    TicketCall,
+)
 from coordinator.engine.lane import LaneCore, is_owner
 from coordinator.engine.model import (
     IncidentKind,
@@ -13,6 +21,7 @@ from coordinator.engine.model import (
     PruneHistory,
     PruneIncidents,
     PutCounters,
+    PutIncident,
     PutPause,
     PutProjectServed,
     PutReceipt,
@@ -209,7 +218,7 @@ def test_eta_counts_expired_holds_as_measured() -> None:
 
 
 def test_eta_from_snapshot_recent_holds() -> None:
-    snap = LaneSnapshot(recent_holds=[10.0, 30.0])
+    snap = LaneSnapshot(recent_holds=[("p", 10.0), ("q", 30.0)])
     h = Harness(1, snapshot=snap)
     assert h.core.hold_estimate() == pytest.approx(20.0)
 
@@ -607,7 +616,7 @@ def test_cooldown_by_holder_pauses_and_records() -> None:
         "extended": False,
         "pause": {
             "reasonCode": "provider-human-check", "startedAt": T0 + 10, "until": T0 + 610,
-            "machineId": "mA", "claimId": "cA", "ticketId": a,
+            "machineId": "mA", "claimId": "cA", "ticketId": a, "credential": None,
         },
     }  # fmt: skip
     assert h.incidents(h.last) == [IncidentKind.COOLDOWN_STARTED.value]
@@ -944,3 +953,71 @@ def test_idle_lane() -> None:
     assert not h.core.is_idle()
     h.release(a)
     assert h.core.is_idle()
+
+
+# ------------------------------------------ credentials (docs/protocol.md#credentials)
+
+
+def _puts(fx_changes: list[object]) -> list[tuple[str, str | None]]:
+    return [(c.ticket.ticket_id, c.by) for c in fx_changes if isinstance(c, PutTicket)]
+
+
+def _core(capacity: int = 1, in_flight: float = 0.0) -> LaneCore:
+    return LaneCore(LANE, make_settings(capacity, in_flight=in_flight), LaneSnapshot(), T0)
+
+
+def _acquire(core: LaneCore, tid: str, machine: str, cred: str | None, now: float = T0) -> None:
+    core.acquire(Acquire(machine, None, "p", tid, "h", None, tid, cred), now)
+
+
+def test_an_acquire_records_its_credential_and_the_grant_names_none() -> None:
+    core = _core()
+    reply, fx = core.acquire(Acquire("mA", "cA", "p", "s", "h", None, "t1", "studio-a"), T0)
+    assert core.live["t1"].credential == "studio-a"
+    assert as_wire(reply)["ticket"]["credential"] == "studio-a"
+    assert _puts(list(fx.changes)) == [("t1", "studio-a"), ("t1", None)]  # made, then granted
+
+
+def test_a_release_records_the_credential_that_made_the_ticket_done() -> None:
+    core = _core()
+    _acquire(core, "t1", "mA", "studio-a")
+    _acquire(core, "t2", "mB", "studio-b")
+    reply, fx = core.release(
+        Release(TicketCall("mA", None, "t1", "ops"), None, None, None), T0 + 1, None
+    )
+    assert reply.promoted == ["t2"]
+    ended = next(c.ticket for c in fx.changes if isinstance(c, PutTicket) and c.by == "ops")
+    assert (ended.ticket_id, ended.credential, ended.released_by) == ("t1", "studio-a", "ops")
+    assert ("t2", None) in _puts(list(fx.changes))  # the promotion is the lane's own
+
+
+def test_incidents_name_the_calls_credential_and_the_clocks_none() -> None:
+    core = _core()
+    _acquire(core, "t1", "mA", "studio-a")
+    call = TicketCall("mA", None, "t1", "studio-a")
+    _, fx = core.cooldown(Cooldown(call, "provider-human-check", 60), T0 + 1, None)
+    [started] = [c.incident for c in fx.changes if isinstance(c, PutIncident)]
+    assert (started.kind, started.credential) == (IncidentKind.COOLDOWN_STARTED, "studio-a")
+    assert core.pause is not None and core.pause.credential == "studio-a"
+    fx = core.advance(T0 + 62)
+    [ended] = [c.incident for c in fx.changes if isinstance(c, PutIncident)]
+    assert (ended.kind, ended.credential) == (IncidentKind.COOLDOWN_ENDED, None)
+
+
+def test_an_admin_reconcile_waives_the_owner_rule() -> None:
+    core = _core(in_flight=600.0)
+    _acquire(core, "t1", "mA", "studio-a")
+    rc = RecordReceipt("mA", None, "t1", "t1:provider-submitted:0", "provider-submitted",
+                       "{}", HASH_A, HASH_A, "studio-a")  # fmt: skip
+    core.receipt(rc, T0 + 1, None, None)
+    core.release(
+        Release(TicketCall("mA", None, "t1", "studio-a"), "lease-lost", None, None), T0 + 2, None
+    )
+    assert core.in_flight["t1"].holds_in_flight
+    other = TicketCall("ops-laptop", None, "t1", "ops")
+    with pytest.raises(NotOwner):
+        core.reconcile(Reconcile(other, "completed", None, None), T0 + 3, None)
+    reply, fx = core.reconcile(Reconcile(other, "completed", None, None, admin=True), T0 + 3, None)
+    assert reply.reconciled is True
+    [inc] = [c.incident for c in fx.changes if isinstance(c, PutIncident)]
+    assert (inc.kind, inc.machine_id, inc.credential) == ("in-flight-ended", "ops-laptop", "ops")

@@ -303,7 +303,8 @@ def test_eta_is_the_slots_free_time_plus_whole_waves_of_holds() -> None:
 def test_the_hold_estimate_is_the_mean_of_measured_holds() -> None:
     q = _queue()
     assert q.hold_estimate() == 300.0  # the default, before any hold was measured
-    q.holds.extend([10.0, 30.0])
+    q.hold_samples.add("a", 10.0)
+    q.hold_samples.add("b", 30.0)
     assert q.hold_estimate() == 20.0
 
 

@@ -27,7 +27,9 @@ def reply(state: str, pause: Pause | None = None) -> Reply:
     return Reply(Ticket(state), pause)
 
 
-PAUSE = Pause(reason_code="wall", started_at=1.0, until=2.0, machine_id="m", ticket_id="t_1")
+PAUSE = Pause(
+    reason_code="provider-human-check", started_at=1.0, until=2.0, machine_id="m", ticket_id="t_1"
+)
 
 
 class Script:

@@ -3,7 +3,7 @@ is granted at once, nothing is held, queued, paused or remembered."""
 
 from __future__ import annotations
 
-from coordinator.engine.commands import Acquire
+from coordinator.engine.commands import Acquire, TicketCall
 from coordinator.engine.unenforced import (
     UNLIMITED_PREFIX,
     cooldown_reply,
@@ -39,11 +39,16 @@ def test_an_acquire_is_granted_at_once_with_the_callers_identity() -> None:
     assert (reply.owner.machine_id, reply.owner.claim_id) == ("mA", "cA")
 
 
-def test_an_await_knows_no_identity_and_is_granted_too() -> None:
-    t = unlimited_ticket(LANE, None, "unlimited-2", T0)
-    assert t.machine_id is None and t.project is None and t.state == "held"
-    reply = lane_reply(LANE, None, "unlimited-2", T0, "coord")
-    assert reply.granted is True and reply.owner.machine_id is None
+def test_an_await_is_the_callers_and_knows_no_identity_and_is_granted_too() -> None:
+    """The ticket's fields are never null (the document says so): the awaiting caller owns
+    it, and its request identity reads "unknown", as evidence of an unlimited ticket does."""
+    call = TicketCall("mB", None, "unlimited-2")
+    t = unlimited_ticket(LANE, call, "unlimited-2", T0)
+    assert (t.machine_id, t.claim_id, t.state) == ("mB", None, "held")
+    assert (t.project, t.scene, t.prompt_hash) == ("unknown", "unknown", "unknown")
+    assert t.enqueued_at == T0
+    reply = lane_reply(LANE, call, "unlimited-2", T0, "coord")
+    assert reply.granted is True and (reply.owner.machine_id, reply.owner.claim_id) == ("mB", None)
 
 
 def test_the_other_calls_change_nothing() -> None:

@@ -91,8 +91,24 @@ def test_a_copy_of_a_lane_file_has_its_content_and_is_private(tmp_path: Path) ->
 def test_a_copy_of_something_that_is_not_a_lane_file_is_a_store_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.sqlite"
     bad.write_bytes(b"not a database at all, not even close" * 40)
-    with pytest.raises(StoreError, match=r"cannot copy lane file bad\.sqlite"):
-        copy_lane_file(bad, tmp_path / "copy.sqlite")
+    with pytest.raises(StoreError, match=r"bad\.sqlite: corrupt file \(file is not a database\)"):
+        copy_lane_file(bad, tmp_path / "copy.sqlite")  # the server's own words
+
+
+def test_a_copy_of_a_closed_wal_file_leaves_no_side_files(tmp_path: Path) -> None:
+    src = tmp_path / "src.sqlite"
+    db = sqlite3.connect(src)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("CREATE TABLE t (v)")
+    db.execute("INSERT INTO t VALUES (7)")
+    db.commit()
+    db.close()  # the last connection checkpoints and removes -wal and -shm
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src.sqlite"]
+    copy_lane_file(src, tmp_path / "copy.sqlite")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.sqlite", "src.sqlite"]
+    copy = sqlite3.connect(tmp_path / "copy.sqlite")
+    assert copy.execute("SELECT v FROM t").fetchall() == [(7,)]
+    copy.close()
 
 
 def test_a_temporary_name_is_hidden_and_never_a_lane_name(tmp_path: Path) -> None:

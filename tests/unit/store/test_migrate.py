@@ -5,7 +5,9 @@ The runner, on a bare sqlite3 connection: every shipped migration once and in or
 bound, the lane's name recorded once, an edited migration refused, a failing one leaving
 nothing behind. Migration 0005 (0005_ticket_indexes.sql): the tickets table keeps every
 constraint with fewer indexes to write, every read of it still uses an index, and a lane
-file written by the previous schema (0004) upgrades with its tickets intact."""
+file written by the previous schema (0004) upgrades with its tickets intact. Migration 0007
+(0007_eta_first.sql): a file of schema 0006 upgrades in place, its tickets with no first
+ETA, and the lane's ETA error is read back from the ticket rows."""
 
 from __future__ import annotations
 
@@ -46,6 +48,7 @@ QUERIES: dict[str, tuple[str, tuple[object, ...]]] = {
     "history": (Q.history, (5,)),
     "history of a project": (Q.project_history, ("p", 5)),
     "hold durations": (Q.holds, (5,)),
+    "eta errors": (Q.eta_errors, (5,)),
     "history count": (Q.history_count, ()),
     "prune": (Q.oldest_ended, (5,)),
 }
@@ -57,6 +60,7 @@ PLANS = {
     "history": "SCAN tickets USING INDEX tickets_log",
     "history of a project": "SEARCH tickets USING INDEX tickets_log_project (project=?)",
     "hold durations": "SCAN tickets USING INDEX tickets_log",
+    "eta errors": "SEARCH tickets USING INDEX sqlite_autoindex_tickets_2 (fence>?)",  # by fence
     "history count": "SCAN tickets USING INDEX tickets_log",
     "prune": "SCAN tickets USING INDEX tickets_log",
 }
@@ -315,3 +319,43 @@ def test_a_failing_migration_leaves_nothing_behind(
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert tables == set()  # every migration of the run was rolled back with it
     db.close()
+
+
+def test_upgrade_from_0006_adds_the_first_eta_and_loads_the_eta_errors(path: Path) -> None:
+    """Migration 0007: a file written at schema 0006 opens at the current schema in place;
+    its tickets were given no recorded ETA (null: no error), the tickets written after the
+    upgrade carry theirs, and the snapshot's ETA errors are the last grants' by fence."""
+    old = SqliteLaneStore(path, LANE, max_migration=6)
+    old.open()
+    assert old.schema_version() == 6
+    old.close()
+    old_columns = TICKET_COLUMNS.split(", eta_first_seconds")[0]
+    n = old_columns.count(",") + 1
+    before = [ended("t_1", 1, T0 + 50), ticket("t_2", 2, state=TicketState.HELD)]
+    db = raw(path)
+    with db:
+        db.executemany(
+            f"INSERT INTO tickets ({old_columns}) VALUES ({', '.join('?' * n)})",
+            [ticket_values(t)[:n] for t in before],
+        )
+    db.close()
+    new = SqliteLaneStore(path, LANE)
+    new.open()
+    try:
+        assert new.schema_version() == migrations()[-1][0] >= 7
+        snap = new.load()
+        assert [t.eta_first_seconds for t in snap.live] == [None]
+        assert snap.live == before[1:] and new.get_ticket("t_1") == before[0]
+        assert snap.recent_eta_errors == []  # nothing to count them against
+        # tickets written after the upgrade: given 0 and granted at once; given 30 s,
+        # waited 45 s; given 100 s, still queued (no grant yet)
+        now = [ticket("t_3", 3, state=TicketState.HELD, fence=3), ended("t_4", 4, T0 + 90)]
+        now[0].eta_first_seconds, now[0].held_at = 0.0, now[0].enqueued_at
+        now[1].eta_first_seconds, now[1].held_at, now[1].fence = 30.0, T0 + 4 + 45.0, 4
+        waiting = ticket("t_5", 5)
+        waiting.eta_first_seconds = 100.0
+        write(new, [PutTicket(t) for t in (*now, waiting)])
+        assert new.get_ticket("t_5") == waiting
+        assert new.load().recent_eta_errors == [0.0, 15.0]  # the oldest grant first
+    finally:
+        new.close()

@@ -12,10 +12,12 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from coordinator.engine.model import Incident, PutCounters, PutIncident, PutTicket
+from coordinator.engine.model import Incident, PutCounters, PutIncident, PutTicket, TicketState
 from coordinator.errors import StoreError
 from coordinator.store import postgres as pg
+from coordinator.store import postgres_db
 from coordinator.store.postgres import PostgresLaneStore, lanes_due, migrate, redact_dsn
+from coordinator.store.rows import TICKET_COLUMNS, ticket_values
 from tests.store_pg.kit import AnyStore, Stores, ticket, write
 from tests.unit.kit import LANE, T0
 
@@ -290,3 +292,34 @@ def test_an_unmigrated_database_is_refused_with_the_fix(pg_dsn: str) -> None:
 
 def _incident() -> Incident:
     return Incident("lease-expired", T0, None, None, {})
+
+
+def test_a_database_at_schema_3_upgrades_in_place_with_no_first_etas(pg_dsn: str) -> None:
+    """PostgreSQL migration 0004: a database migrated to 0003 (its tickets written with no
+    first ETA) upgrades in place; those tickets count in no ETA error, tickets written after
+    the upgrade carry theirs and the lane loads its last grants' errors."""
+    shipped = postgres_db.migrations()
+    assert postgres_db.migrate(pg_dsn, upto=3)[-1] == shipped[2][1]
+    old_columns = TICKET_COLUMNS.split(", eta_first_seconds")[0]
+    n = old_columns.count(",") + 2  # and the lane
+    before = ticket("t_1", 1, state=TicketState.HELD)
+    with psycopg.connect(pg_dsn) as db:
+        db.execute("INSERT INTO lanes (lane, last_fence, next_seq) VALUES (%s, 1, 2)", (LANE,))
+        db.execute(
+            f"INSERT INTO tickets (lane, {old_columns}) VALUES ({', '.join(['%s'] * n)})",
+            (LANE, *ticket_values(before)[: n - 1]),
+        )
+    assert postgres_db.migrate(pg_dsn) == [name for _, name, _ in shipped[3:]]
+    store = PostgresLaneStore(pg_dsn, LANE)
+    store.open()
+    try:
+        snap = store.load()
+        assert snap.live == [before] and snap.live[0].eta_first_seconds is None
+        assert snap.recent_eta_errors == []
+        granted = ticket("t_2", 2, state=TicketState.HELD, fence=2, scene="s2")
+        granted.eta_first_seconds, granted.held_at = 12.5, granted.enqueued_at + 10.0
+        write(store, [PutTicket(granted)])
+        assert store.get_ticket("t_2") == granted
+        assert store.load().recent_eta_errors == [2.5]
+    finally:
+        store.close()

@@ -22,6 +22,7 @@ from coordinator.engine.model import (
     TicketState,
 )
 from coordinator.store.rows import (
+    INCIDENT_COLUMNS,
     PAUSE_COLUMNS,
     RECEIPT_COLUMNS,
     TICKET_COLUMNS,
@@ -30,6 +31,7 @@ from coordinator.store.rows import (
     coalesce,
     detail_json,
     incident_from_row,
+    incident_values,
     pause_from_row,
     pause_values,
     receipt_from_row,
@@ -87,14 +89,22 @@ def test_a_receipt_round_trips_and_its_verdict_reads_as_a_bool_or_none() -> None
 def test_a_pause_round_trips() -> None:
     p = Pause("provider-human-check", T0, T0 + 60, "mA", None, "t1")
     assert pause_from_row(_row(PAUSE_COLUMNS, pause_values(p))) == p
+    named = Pause("provider-human-check", T0, T0 + 60, "mA", "c", "t1", "studio-a")
+    assert pause_from_row(_row(PAUSE_COLUMNS, pause_values(named))).credential == "studio-a"
 
 
 def test_an_incident_detail_is_compact_sorted_json_and_unreadable_reads_empty() -> None:
     i = Incident("lease-expired", T0, "t1", "mA", {"b": 1, "a": [1, 2]})
     assert detail_json(i) == '{"a":[1,2],"b":1}'
     row = {"id": 4, "kind": i.kind, "at": T0, "ticket_id": "t1", "machine_id": "mA"}
+    row["credential"] = None
     assert incident_from_row({**row, "detail": detail_json(i)}) == (4, i)
     assert incident_from_row({**row, "detail": "{torn"})[1].detail == {}
+
+
+def test_an_incident_round_trips_with_its_credential() -> None:
+    i = Incident("late-release", T0, "t1", "mA", {"fence": 3}, "ops")
+    assert incident_from_row({"id": 2, **_row(INCIDENT_COLUMNS, incident_values(i))}) == (2, i)
 
 
 def test_machines_seen_rows_of_the_last_hour() -> None:
