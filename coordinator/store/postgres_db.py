@@ -222,9 +222,7 @@ class ConnectionSource(Protocol):
 
     def get(self) -> Conn: ...
 
-    def idle(self) -> Conn | None:
-        """An idle session ready for a transaction, or None (never connects: it may run on
-        the event loop)."""
+    def idle(self) -> Conn | None: ...  # an idle session, or None: never connects (the loop)
 
     def put(self, conn: Conn, *, broken: bool = False) -> None: ...
 
