@@ -252,7 +252,7 @@ async def _serve(args: argparse.Namespace) -> int:
     app = create_app(config, Credentials(creds), args.data_dir, store=url or SQLITE)
     runner = LaneRunner(app, config, kind=ACTOR_POSTGRES if url else ACTOR_SQLITE)
     await runner.setup()
-    site = web.TCPSite(runner, args.host, args.port)
+    site = web.TCPSite(runner, args.host, args.port, reuse_port=args.reuse_port or None)
     try:
         await site.start()
     except OSError as exc:  # the port is taken, the host is not on this machine, ...
@@ -282,6 +282,24 @@ async def _serve(args: argparse.Namespace) -> int:
     except TimeoutError:
         print("lane-coordinator: shutdown grace period ran out", file=sys.stderr)
     return 0
+
+
+def workers(args: argparse.Namespace) -> int:
+    """`serve --workers N`: refused on the SQLite store (one lane file has one server
+    process), else N workers on one port (coordinator/workers.py)."""
+    from coordinator.workers import run_workers
+
+    config, _ = _load(args)
+    if resolve_store(args.store, config) is None:
+        raise ConfigError(
+            "--workers needs the PostgreSQL store (--store postgresql://...): on SQLite one "
+            "process serves the lane files (docs/performance.md#one-sqlite-process)"
+        )
+    try:
+        return run_workers(args)
+    except OSError as exc:
+        print(f"lane-coordinator: {_listen_failure(args.host, args.port, exc)}", file=sys.stderr)
+        return 1
 
 
 def _address(host: str, port: int) -> str:
@@ -364,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
             return import_cmd(args)
         if args.command == "token":
             return token_cmd(args)
+        if args.workers > 1:
+            return workers(args)
         return asyncio.run(_serve(args))
     except ConfigError as exc:
         print(f"lane-coordinator: {exc}", file=sys.stderr)

@@ -69,6 +69,13 @@ def _command(
                           formatter_class=_Help)  # fmt: skip
 
 
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lane-coordinator",
@@ -77,7 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"lane-coordinator {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    _common(_command(sub, "serve", "run the coordinator"))
+    serve = _command(sub, "serve", "run the coordinator")
+    _common(serve)
+    serve.add_argument("--workers", type=_positive, default=1, metavar="N",
+                       help="PostgreSQL store only: N replica processes sharing --port "
+                       "(SO_REUSEPORT; docs/operator.md)")  # fmt: skip
+    serve.add_argument("--reuse-port", action="store_true",
+                       help="bind with SO_REUSEPORT: other processes may listen on the same "
+                       "port")  # fmt: skip
     _common(_command(sub, "check", "dry run: validate the config, token, data dir and "
                      "migrations (on scratch copies); nothing is written"))  # fmt: skip
     b = _command(sub, "backup", "consistent online copies of every lane file")

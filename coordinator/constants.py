@@ -58,7 +58,7 @@ DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8787
 
 # PostgreSQL replicas (coordinator/store/postgres_storage.py, coordinator/actor/registry.py)
-PG_MAX_TRANSACTIONS: Final = 8  # lane transactions (and sessions) one replica runs at once
+PG_MAX_TRANSACTIONS: Final = 16  # lane transactions (and sessions) one replica runs at once
 # `replica_stall_seconds` (docs/protocol.md#replica-stall): a replica that stops responding
 # inside a lane transaction blocks the lane on the others for at most this many seconds
 # (the database ends its session); every session's timeouts derive from it (postgres_db.py).

@@ -27,10 +27,10 @@ OURS_NOTES = (
     "answered by the release's own commit"
 )
 PG_NOTES = (
-    OURS_NOTES + "; across replicas the releasing commit NOTIFYs only when it woke a ticket "
-    "or changed a pause, the other replica's LISTEN session re-reads the lane at once; a "
-    "once-a-second poll of due deadlines is only the backstop for a lane whose actor is on "
-    "another replica"
+    OURS_NOTES + "; across replicas a commit NOTIFYs only when a ticket queued before it was "
+    "granted or ended, or a pause changed; the other replica's LISTEN session re-reads the "
+    "lane at once; a once-a-second poll of due deadlines is only the backstop for a lane "
+    "whose actor is on another replica"
 )
 
 

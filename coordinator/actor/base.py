@@ -8,7 +8,9 @@ alarm, start and stop — and the abstract methods each supplies:
   (SQLite lane files): operations run in memory into a pending group, groups commit in order
   on commit threads while the next is built;
 - `LockingLaneActor` (coordinator/actor/locking.py): a store replicas share (PostgreSQL):
-  each batch of the mailbox is one lane transaction, locked first.
+  each batch of the mailbox is one lane transaction, locked first, on a store thread; what
+  replicas run is its `LoopLockingLaneActor` (coordinator/actor/loop_locking.py), whose lock
+  and commit wait on the event loop.
 
 A reply leaves only after the change it tells of is committed; waiters parked on a ticket
 are woken once what woke them is committed."""

@@ -6,9 +6,10 @@ groups. Each batch of the mailbox is one lane transaction, run lock-first by the
 its version; when another replica wrote since, reload it inside the transaction; run the
 operations (their reads inside the transaction too); write the changes with the lane's next
 deadline and last `now`; COMMIT; only then are the replies released. A batch whose changes
-may wake a parked await elsewhere (a promotion, a pause change) sends a NOTIFY with its
-commit. A batch that writes nothing answers before its ROLLBACK: it read committed state
-under the lock, and nothing of it waits for the transaction's end.
+may wake a parked await elsewhere (a ticket queued before it was promoted or ended, a
+pause change) sends a NOTIFY with its commit. A batch that writes nothing answers before its
+ROLLBACK: it read committed state under the lock, and nothing of it waits for the
+transaction's end.
 """
 
 from __future__ import annotations
@@ -68,6 +69,10 @@ class LockingLaneActor(LaneActor[LockingStore]):
         """On a store thread: the engine's lane transaction."""
         return run_locked(self.store, self.memory, ops, self.clock.now, expect_stale=expect_stale)
 
+    async def _transact(self, ops: list[Operation[Any]], expect_stale: bool) -> LockedRun:
+        """The lane transaction: here, whole on a store thread."""
+        return await self._run(self._locked, ops, expect_stale)
+
     async def _transaction(self, batch: list[Call]) -> None:
         """One lane transaction for a batch. Any failure answers the whole batch 503 and
         nothing of it is kept (the next batch reloads the lane)."""
@@ -76,7 +81,7 @@ class LockingLaneActor(LaneActor[LockingStore]):
         ops = [call.op for call in batch if call.op is not None]
         assert len(ops) == len(batch), "a shared lane has no chores"
         try:
-            done = await self._run(self._locked, ops, self._expect_stale)
+            done = await self._transact(ops, self._expect_stale)
         except Exception as exc:
             self._log_failure("lane.commit_failed", exc)
             self._expect_stale = True

@@ -11,10 +11,11 @@ from typing import Any
 
 from coordinator.actor.base import LaneActor
 from coordinator.actor.locking import LockingLaneActor
+from coordinator.actor.loop_locking import LoopLockingLaneActor
 from coordinator.actor.upkeep import Lanes, Upkeep
 from coordinator.constants import ALARM_POLL_SECONDS, PARKED_RECHECK_SECONDS
 from coordinator.engine.model import LaneSettings
-from coordinator.engine.store import LockingStore
+from coordinator.engine.store import LockingStore, LoopLockingStore
 from coordinator.errors import StoreError
 from coordinator.logs import RateLimitedLog
 
@@ -31,7 +32,9 @@ class ReplicaSync(Upkeep):
         r = self.lanes
         store = r.storage.make_store(lane)
         assert isinstance(store, LockingStore), "a shared store locks its lanes"
-        actor = LockingLaneActor(lane, settings, store, r.executor, r.clock, r.metrics, kind=r.kind)
+        # a store whose lock and commit can wait on the loop gets the actor that does so
+        cls = LoopLockingLaneActor if isinstance(store, LoopLockingStore) else LockingLaneActor
+        actor = cls(lane, settings, store, r.executor, r.clock, r.metrics, kind=r.kind)
         actor.txn_slots = self._txn_slots
         return actor
 

@@ -126,6 +126,8 @@ class LaneCore(LaneSlots):
             self.hold_samples.add(t.project, max(0.0, at - t.held_at))
         fx.changes.append(PutTicket(t, by))
         fx.woken.add(t.ticket_id)
+        if not was_held:
+            fx.dequeued.append(t.seq)
         self._count_history(fx)
         if was_held and outcome in IN_FLIGHT_OUTCOMES:
             self._leave_in_flight(t, at, fx, by)

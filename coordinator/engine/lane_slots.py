@@ -49,6 +49,7 @@ class LaneSlots(LaneViews):
         fx.changes.append(PutCounters(self.last_fence, self.next_seq))
         fx.woken.add(t.ticket_id)
         fx.promoted.append(t.ticket_id)
+        fx.dequeued.append(t.seq)
         # its ETA error (a ticket granted by the acquire that makes it has no first ETA yet:
         # that acquire counts it, engine/lane.py)
         self._count_eta_error(t)

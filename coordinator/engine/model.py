@@ -265,10 +265,14 @@ class Effects:
     woken: set[str] = field(default_factory=set)  # tickets whose state changed
     pause_changed: bool = False
     promoted: list[str] = field(default_factory=list)
+    # the seq of each ticket that left the queue (granted, or ended while queued): only a
+    # queued ticket has parked awaits, here or on another replica
+    dequeued: list[int] = field(default_factory=list)
 
     def extend(self, other: Effects) -> None:
         self.changes.extend(other.changes)
         self.woken |= other.woken
+        self.dequeued.extend(other.dequeued)
         self.pause_changed = self.pause_changed or other.pause_changed
         self.promoted.extend(other.promoted)
 

@@ -174,6 +174,24 @@ class LockingStore(LaneStore):
         return self.commit(Writes([], next_deadline, last_now, notify))
 
 
+class LoopLockingStore(LockingStore):
+    """A LockingStore whose lock and commit can also run on the event loop, waiting on its
+    socket instead of holding a store thread (PostgreSQL); everything else stays on a
+    store thread."""
+
+    @abstractmethod
+    async def begin_here(self) -> LaneHead | None:
+        """`begin_load(load=False)` on the event loop. None when it cannot be done there
+        without waiting I/O of its own (no idle session to use): nothing was started, the
+        host calls `begin_load` on a store thread. On a failure the transaction is gone (its
+        session dropped) and the error raised, as `begin_load`'s."""
+
+    @abstractmethod
+    async def commit_here(self, writes: Writes) -> int:
+        """`commit` on the event loop; on a failure the transaction is still open: the host
+        ends it with `abort` (on a store thread)."""
+
+
 @dataclass(slots=True, frozen=True)
 class Group:
     """One group commit of a pipelined lane: the version it was built from, its changes,

@@ -13,15 +13,19 @@ and the client's local queue (client/local.py). I/O-free: the host does the stor
     writes = txn.writes()                            # None: nothing to commit
     version = <COMMIT writes>; memory.committed(version)   # or memory.forget() on failure
 
-`run_locked` is that loop on a `LockingStore`, synchronous: the local queue runs it in its
-own thread, the locking actor on a store thread. The pipelined actor makes the same calls on
+`locked_steps` is that loop on a store other processes write too, as the store calls it
+needs (`Begin`, `Load`, `Read`, `Commit`, `Abort`), each yielded for the host to answer;
+`run_locked` answers them synchronously on a `LockingStore`: the local queue runs it in its
+own thread, the thread-hopping locking actor on a store thread, and the replicas' actor
+(coordinator/actor/loop_locking.py) answers the lock and the commit on the event loop and the
+rest on a store thread. The pipelined actor makes the same calls on
 the event loop, one operation per call into a pending group, and commits groups in order
 (`PipelinedStore`), the version checked at COMMIT instead of under a lock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,6 +116,7 @@ class LaneTransaction:
     fx: Effects = field(default_factory=Effects)
     _now: float = 0.0
     _written: int = 0  # changes of `fx` the store has already (`unwritten`)
+    _first_seq: int | None = None  # the lane's next_seq when the first operation began
 
     @property
     def stale(self) -> bool:
@@ -131,6 +136,8 @@ class LaneTransaction:
         pause ending: kept even when the operation is refused), and the reads it needs."""
         last = None if self.head is None else self.head.last_now
         self._now = self.memory.tick(clock_now, last)
+        if self._first_seq is None:
+            self._first_seq = self.core.next_seq
         self.fx.extend(self.core.advance(self._now))
         needs = op.needs(self.core)
         return needs if needs else NO_NEEDS
@@ -170,8 +177,18 @@ class LaneTransaction:
         if not self.fx.changes and deadline == recorded:
             return None
         assert self.memory.last_now is not None
-        notify = bool(self.fx.woken) or self.fx.pause_changed
-        return Writes(self.unwritten(), deadline, self.memory.last_now, notify)
+        return Writes(self.unwritten(), deadline, self.memory.last_now, self.wakes_others())
+
+    def wakes_others(self) -> bool:
+        """Whether a parked await elsewhere (another replica) may need waking: the pause
+        changed, or a ticket that was queued before this transaction left the queue. Only a
+        queued ticket has parked awaits, and one this transaction created has none anywhere
+        yet (its id was never committed): an acquire granted at once, a release that
+        promotes nobody, a heartbeat or a receipt tell no one."""
+        if self.fx.pause_changed:
+            return True
+        first = self._first_seq
+        return first is not None and any(seq < first for seq in self.fx.dequeued)
 
 
 @dataclass(slots=True)
@@ -185,6 +202,119 @@ class LockedRun:
     reloaded: bool  # the lane was rebuilt from the store (another writer had moved it on)
 
 
+@dataclass(slots=True, frozen=True)
+class Begin:
+    """Lock the lane: `store.begin_load(load=...)` -> (LaneHead, LaneSnapshot | None)."""
+
+    load: bool
+
+
+@dataclass(slots=True, frozen=True)
+class Load:
+    """The lane's state under the lock: `store.load()` -> LaneSnapshot."""
+
+
+@dataclass(slots=True, frozen=True)
+class Read:
+    """An operation's reads: `store.apply(unwritten)` first when there is any (the reads see
+    the transaction's changes so far), then `Reads.perform(store, needs)` -> Reads."""
+
+    unwritten: list[Change]
+    needs: Needs
+
+
+@dataclass(slots=True, frozen=True)
+class Commit:
+    """`store.commit(writes)` -> the lane's new version."""
+
+    writes: Writes
+
+
+@dataclass(slots=True, frozen=True)
+class Abort:
+    """`store.abort()` -> None; the failure that led here is raised after it."""
+
+
+Step = Begin | Load | Read | Commit | Abort
+LockedSteps = Generator[Step, Any, LockedRun]
+
+
+def locked_steps(
+    memory: LaneMemory,
+    ops: Sequence[Operation[Any]],
+    clock: Callable[[], float],
+    *,
+    expect_stale: bool = False,
+    extra: Callable[[LaneTransaction], Sequence[Change]] | None = None,
+) -> LockedSteps:
+    """One lane transaction on a store other processes write too, as the store calls it
+    needs: each `Step` is yielded, and the host sends back its answer (or throws the store's
+    failure in). Lock, load when stale, the operations, COMMIT. `expect_stale`: read the lane's
+    state with the lock (another writer likely moved it on). `extra`: the host's own changes,
+    asked for after the operations ran. Any failure after the lock yields `Abort`, forgets the
+    memory, and is raised. `run_locked` drives it synchronously; an asynchronous host drives
+    the same steps with its own store calls."""
+    head, snap = yield Begin(load=expect_stale or memory.core is None)
+    try:
+        txn = LaneTransaction(memory, head)
+        reloaded = txn.stale
+        if reloaded:
+            if snap is None or snap.version != head.version:
+                snap = yield Load()  # under the lock
+            txn.adopt(snap, clock())
+        outcomes = []
+        for op in ops:
+            needs = txn.start(op, clock())
+            reads = Reads()
+            if needs:
+                reads = yield Read(txn.unwritten(), needs)
+            outcomes.append(txn.run(op, reads))
+        if extra is not None:
+            txn.add(extra(txn))
+        writes = txn.writes()
+        if writes is None:
+            return LockedRun(outcomes, txn.fx, open=True, reloaded=reloaded)
+        memory.committed((yield Commit(writes)))
+    except BaseException:
+        yield Abort()
+        memory.forget()
+        raise
+    return LockedRun(outcomes, txn.fx, open=False, reloaded=reloaded)
+
+
+def perform(store: LockingStore, step: Step) -> Any:
+    """One step, synchronously on `store` (a store thread, the local queue's thread)."""
+    if isinstance(step, Begin):
+        return store.begin_load(load=step.load)
+    if isinstance(step, Load):
+        return store.load()
+    if isinstance(step, Read):
+        if step.unwritten:
+            store.apply(step.unwritten)
+        return Reads.perform(store, step.needs)
+    if isinstance(step, Commit):
+        return store.commit(step.writes)
+    store.abort()
+    return None
+
+
+def drive(steps: LockedSteps, answer: Callable[[Step], Any]) -> LockedRun:
+    """Run `steps` to their end, each answered by `answer` (its failure thrown back in)."""
+    reply: Any = None
+    failure: BaseException | None = None
+    while True:
+        try:
+            step = steps.send(reply) if failure is None else steps.throw(failure)
+        except StopIteration as done:
+            result: LockedRun = done.value
+            return result
+        failure = None
+        try:
+            reply = answer(step)
+        except BaseException as exc:
+            reply, failure = None, exc
+
+
 def run_locked(
     store: LockingStore,
     memory: LaneMemory,
@@ -194,36 +324,6 @@ def run_locked(
     expect_stale: bool = False,
     extra: Callable[[LaneTransaction], Sequence[Change]] | None = None,
 ) -> LockedRun:
-    """One lane transaction on a store other processes write too: lock, load when stale,
-    the operations, COMMIT. `expect_stale`: read the lane's state with the lock (another
-    writer likely moved it on). `extra`: the host's own changes, asked for after the
-    operations ran. Any failure rolls back and forgets the memory, and is raised."""
-    head, snap = store.begin_load(load=expect_stale or memory.core is None)
-    try:
-        txn = LaneTransaction(memory, head)
-        reloaded = txn.stale
-        if reloaded:
-            if snap is None or snap.version != head.version:
-                snap = store.load()  # under the lock
-            txn.adopt(snap, clock())
-        outcomes = []
-        for op in ops:
-            needs = txn.start(op, clock())
-            reads = Reads()
-            if needs:
-                written = txn.unwritten()
-                if written:
-                    store.apply(written)  # the reads see this transaction's changes
-                reads = Reads.perform(store, needs)
-            outcomes.append(txn.run(op, reads))
-        if extra is not None:
-            txn.add(extra(txn))
-        writes = txn.writes()
-        if writes is None:
-            return LockedRun(outcomes, txn.fx, open=True, reloaded=reloaded)
-        memory.committed(store.commit(writes))
-    except BaseException:
-        store.abort()
-        memory.forget()
-        raise
-    return LockedRun(outcomes, txn.fx, open=False, reloaded=reloaded)
+    """`locked_steps` on `store`, synchronously: the whole transaction in one call."""
+    steps = locked_steps(memory, ops, clock, expect_stale=expect_stale, extra=extra)
+    return drive(steps, lambda step: perform(store, step))

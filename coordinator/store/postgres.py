@@ -32,13 +32,15 @@ from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
+from psycopg.pq.abc import PGresult
 from psycopg.rows import DictRow
 
 from coordinator import failpoints
 from coordinator.constants import ETA_ERROR_GRANTS, ETA_HOLD_WINDOW, EVIDENCE_RECENT_SECONDS
 from coordinator.engine.model import Change, IncidentKind, LaneSnapshot
-from coordinator.engine.store import LaneHead, LockingStore, Writes
+from coordinator.engine.store import LaneHead, LoopLockingStore, Writes
 from coordinator.errors import StoreError
+from coordinator.store.pg_batch import Batch, rows, value
 from coordinator.store.postgres_db import (
     NOTIFY_CHANNEL,
     Conn,
@@ -54,7 +56,7 @@ from coordinator.store.postgres_db import (
     redact_dsn,
     schema_status,
 )
-from coordinator.store.postgres_writes import write_changes
+from coordinator.store.postgres_writes import split_counters, write_changes
 from coordinator.store.reads import POSTGRES_READS, LaneReads
 from coordinator.store.rows import (
     ENDED,
@@ -88,9 +90,12 @@ __all__ = [
 _LOCK_HEAD = "SELECT version, last_now, next_deadline FROM lanes WHERE lane = %s FOR UPDATE"
 # version + 1 (and the lane's deadline and clock); with no lanes row, 1 / 0 fails the
 # transaction, so the COMMIT pipelined after it cannot keep a group without its version.
+# The group's lane counters (PutCounters: the last fence and next seq) ride on the same
+# UPDATE: one statement and one row version fewer per acquire.
 _BUMP_VERSION = (
     "WITH u AS (UPDATE lanes SET version = version + 1, next_deadline = %s, "
-    "last_now = GREATEST(last_now, %s) WHERE lane = %s RETURNING version) "
+    "last_now = GREATEST(last_now, %s), last_fence = COALESCE(%s, last_fence), "
+    "next_seq = COALESCE(%s, next_seq) WHERE lane = %s RETURNING version) "
     "SELECT (SELECT version FROM u) AS version, 1 / (SELECT count(*) FROM u)::int AS one"
 )
 # The lanes row, the pause, the counts and the last collision in one statement (a lane
@@ -107,10 +112,27 @@ _LOAD_HEAD = (
 )
 
 
+def _head_of(row: DictRow | None) -> LaneHead | None:
+    if row is None:
+        return None
+    return LaneHead(int(row["version"]), row["last_now"], row["next_deadline"])
+
+
+def _head_of_result(result: PGresult | None) -> LaneHead:
+    """_LOCK_HEAD's row, read raw (coordinator/store/pg_batch.py)."""
+    version, last_now, deadline = (value(result, c) for c in range(3))
+    assert version is not None
+    return LaneHead(
+        int(version),
+        None if last_now is None else float(last_now),
+        None if deadline is None else float(deadline),
+    )
+
+
 # ---------------------------------------------------------------- the store
 
 
-class PostgresLaneStore(LaneReads, LockingStore):
+class PostgresLaneStore(LaneReads, LoopLockingStore):
     """All SQL of one lane in the shared database. Calls are synchronous; the caller
     serializes them per store (several stores, in one process or in several replicas, may
     serve the same lane: `begin_load` makes them take turns). A transaction holds one session
@@ -221,15 +243,15 @@ class PostgresLaneStore(LaneReads, LockingStore):
                     "INSERT INTO lanes (lane) VALUES (%s) ON CONFLICT (lane) DO NOTHING",
                     (self.lane,),
                 )
-                row = self._lock_head(db)
+                row = _head_of(self._lock_head(db))
                 snap = None  # read before the row existed: the caller loads if it needs
             if row is None:
                 raise StoreError(f"lane store for {self.lane} has no lanes row")
             if failpoints.ENABLED:  # tests only: freeze here, the lane's row locked
                 failpoints.hit("pg.lane_locked", lane=self.lane)
-            return LaneHead(int(row["version"]), row["last_now"], row["next_deadline"]), snap
+            return row, snap
 
-    def _begin_session(self, load: bool) -> tuple[Conn, DictRow | None, LaneSnapshot | None]:
+    def _begin_session(self, load: bool) -> tuple[Conn, LaneHead | None, LaneSnapshot | None]:
         """A session with BEGIN sent and the lane's row locked (and read, with `load` the
         lane too), in one round trip. A session lost while idle (PostgreSQL restarted) fails
         before anything of the lane was done in it: it is dropped (and the idle sessions with
@@ -238,12 +260,18 @@ class PostgresLaneStore(LaneReads, LockingStore):
         for attempt in (1, 2):
             db = self._source.get()
             try:
-                with db.pipeline():  # its end sends everything, then reads every result
-                    db.execute("BEGIN")
-                    head = db.execute(_LOCK_HEAD, (self.lane,))
-                    reads = self._queue_load(db) if load else None
-                row = head.fetchone()
-                snap = self._snapshot(reads) if reads is not None else None
+                if load:
+                    with db.pipeline():  # its end sends everything, then reads every result
+                        db.execute("BEGIN")
+                        head = db.execute(_LOCK_HEAD, (self.lane,))
+                        reads = self._queue_load(db)
+                    row, snap = _head_of(head.fetchone()), self._snapshot(reads)
+                else:  # the hot path: two statements in one write, read raw
+                    batch = Batch(db)
+                    batch.execute("BEGIN")
+                    at = batch.execute(_LOCK_HEAD, (self.lane,))
+                    result = batch.run()[at]
+                    row, snap = (_head_of_result(result) if rows(result) else None), None
             except psycopg.Error:
                 if attempt == 1 and (db.closed or db.broken):
                     self._source.put(db, broken=True)
@@ -264,8 +292,9 @@ class PostgresLaneStore(LaneReads, LockingStore):
         if db is None:
             raise StoreError(f"lane store for {self.lane}: apply outside a transaction")
         try:
-            with db.pipeline():
-                write_changes(db, self.lane, changes)
+            batch = Batch(db)
+            write_changes(batch, self.lane, changes)
+            batch.run()
         except psycopg.Error as exc:
             raise StoreError(f"cannot write to lane store for {self.lane}") from exc
 
@@ -286,19 +315,95 @@ class PostgresLaneStore(LaneReads, LockingStore):
                 psycopg.errors.DivisionByZero, f"lane store for {self.lane} lost its lanes row"
             ),
         ):
-            with db.pipeline():
-                write_changes(db, self.lane, writes.changes)
-                bumped = db.execute(
-                    _BUMP_VERSION, (writes.next_deadline, writes.last_now, self.lane)
-                )
-                if writes.notify:
-                    db.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, self.lane))
-                db.execute("COMMIT")
-            row = bumped.fetchone()
+            batch, at = self._commit_batch(db, writes)
+            version = value(batch.run()[at], 0)
+        return self._committed(db, version)
+
+    def _commit_batch(self, db: Conn, writes: Writes) -> tuple[Batch, int]:
+        """Every statement of the commit, for one write; the version's index."""
+        changes, counters = split_counters(writes.changes)
+        fence, seq = (counters.last_fence, counters.next_seq) if counters else (None, None)
+        batch = Batch(db)
+        write_changes(batch, self.lane, changes)
+        at = batch.execute(
+            _BUMP_VERSION, (writes.next_deadline, writes.last_now, fence, seq, self.lane)
+        )
+        if writes.notify:
+            batch.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, self.lane))
+        batch.execute("COMMIT")
+        return batch, at
+
+    def _committed(self, db: Conn, version: str | None) -> int:
         self._txn = None
         self._source.put(db)
-        assert row is not None
-        return int(row["version"])
+        assert version is not None
+        return int(version)
+
+    # ---------------------------------------------------------------- on the event loop
+
+    async def begin_here(self) -> LaneHead | None:
+        """BEGIN and the lock in one write, awaited on the loop, on an idle session of the
+        pool. None without one, when it turns out lost (the store thread's `begin_load` opens
+        another), or for a lane without its row yet (`begin_load` creates it). A failure
+        drops the session (the server rolls its transaction back)."""
+        self._check_open()
+        if self._txn is not None:
+            raise StoreError(f"lane store for {self.lane}: a transaction is already open")
+        db = self._source.idle()
+        if db is None:
+            return None
+        self._txn = db
+        batch = Batch(db)
+        batch.execute("BEGIN")
+        at = batch.execute(_LOCK_HEAD, (self.lane,))
+        try:
+            result = (await batch.run_here())[at]
+            if not rows(result):  # a new lane: `begin_load` creates its row
+                end = Batch(db)
+                end.execute("ROLLBACK")
+                await end.run_here()
+                self._txn = None
+                self._source.put(db)
+                return None
+            head = _head_of_result(result)
+        except psycopg.Error as exc:
+            self._txn = None
+            self._source.put(db, broken=True)
+            if isinstance(exc, psycopg.OperationalError) and db.closed:
+                return None  # lost while idle: nothing of the lane was done in it
+            if isinstance(exc, psycopg.errors.LockNotAvailable):
+                raise StoreError(
+                    f"lane store for {self.lane} is busy", reason=self.driver_reason(exc)
+                ) from exc
+            raise StoreError(
+                f"lane store for {self.lane} is unavailable", reason=self.driver_reason(exc)
+            ) from exc
+        except BaseException:
+            self._txn = None
+            self._source.put(db, broken=True)
+            raise
+        if failpoints.ENABLED:  # tests only: freeze here, the lane's row locked
+            failpoints.hit("pg.lane_locked", lane=self.lane)
+        return head
+
+    async def commit_here(self, writes: Writes) -> int:
+        """`commit`'s one write, awaited on the loop. On a failure the transaction is left
+        open (or its session closed): the caller ends it with `abort`."""
+        db = self._txn
+        if db is None:
+            raise StoreError(f"lane store for {self.lane}: commit outside a transaction")
+        try:
+            batch, at = self._commit_batch(db, writes)
+            version = value((await batch.run_here())[at], 0)
+        except psycopg.errors.DivisionByZero as exc:
+            raise StoreError(
+                f"lane store for {self.lane} lost its lanes row", reason=self.driver_reason(exc)
+            ) from exc
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"cannot commit to lane store for {self.lane}", reason=self.driver_reason(exc)
+            ) from exc
+        return self._committed(db, version)
 
     def abort(self) -> None:
         db, self._txn = self._txn, None

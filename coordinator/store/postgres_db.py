@@ -222,6 +222,8 @@ class ConnectionSource(Protocol):
 
     def get(self) -> Conn: ...
 
+    def idle(self) -> Conn | None: ...  # an idle session, or None: never connects (the loop)
+
     def put(self, conn: Conn, *, broken: bool = False) -> None: ...
 
     def close(self) -> None: ...
@@ -260,6 +262,16 @@ class ConnectionPool:
         """`backend_pid` (a notification's sender) is a live session of this pool."""
         conn = self._backends.get(backend_pid)
         return conn is not None and _usable(conn)
+
+    def idle(self) -> Conn | None:
+        while True:
+            with self._mutex:
+                if self._closed or not self._idle:
+                    return None
+                conn = self._idle.pop()
+            if _usable(conn) and conn.info.transaction_status is TransactionStatus.IDLE:
+                return conn
+            self._close(conn)
 
     def get(self) -> Conn:
         while True:
@@ -317,6 +329,13 @@ class SingleConnection:
         self._stall = stall
         self._lock_timeout_ms = lock_timeout_ms
         self._conn: Conn | None = None
+
+    def idle(self) -> Conn | None:
+        conn = self._conn
+        if conn is None or not _usable(conn):
+            return None
+        self._conn = None
+        return conn
 
     def get(self) -> Conn:
         conn, self._conn = self._conn, None

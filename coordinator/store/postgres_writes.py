@@ -7,6 +7,7 @@ Columns, row parameters and the coalescing of a batch are shared with the SQLite
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, Protocol
 
 from coordinator.engine.model import (
     Change,
@@ -21,7 +22,6 @@ from coordinator.engine.model import (
     PutReceipt,
     PutTicket,
 )
-from coordinator.store.postgres_db import Conn
 from coordinator.store.reads import POSTGRES_READS
 from coordinator.store.rows import (
     INCIDENT_COLUMNS,
@@ -36,6 +36,26 @@ from coordinator.store.rows import (
 )
 
 TICKET_UPSERT = ticket_upsert("%s", lane_column=True)
+
+
+class Executes(Protocol):
+    """Where the statements go: a psycopg connection (the importer), or a lane
+    transaction's `coordinator.store.pg_batch.Batch`."""
+
+    def execute(self, query: str, params: Sequence[Any], /) -> object: ...
+
+
+def split_counters(changes: Sequence[Change]) -> tuple[list[Change], PutCounters | None]:
+    """The changes without their lane counters, and the last counters (they only grow: the
+    last one holds): the commit writes them with the version."""
+    rest: list[Change] = []
+    counters: PutCounters | None = None
+    for ch in changes:
+        if isinstance(ch, PutCounters):
+            counters = ch
+        else:
+            rest.append(ch)
+    return rest, counters
 
 
 def _marks(columns: str) -> str:
@@ -56,7 +76,7 @@ _INCIDENT_INSERT = (
 )
 
 
-def write_changes(db: Conn, lane: str, changes: Sequence[Change]) -> None:
+def write_changes(db: Executes, lane: str, changes: Sequence[Change]) -> None:
     """Write each change of one lane (the caller holds the lane's transaction), superseded
     ticket and counter writes dropped; the same semantics as the SQLite store's apply."""
     for ch in coalesce(changes):

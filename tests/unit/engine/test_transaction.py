@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.engine.commands import Acquire, Release, TicketCall
+from coordinator.engine.commands import Acquire, Cooldown, Release, TicketCall
 from coordinator.engine.lane import LaneCore
 from coordinator.engine.model import (
     Change,
@@ -25,6 +25,7 @@ from coordinator.engine.model import (
 from coordinator.engine.operations import (
     TICK,
     AcquireOp,
+    CooldownOp,
     Operation,
     ReleaseOp,
     Result,
@@ -199,7 +200,7 @@ def test_a_first_transaction_locks_and_loads_in_one_call_runs_and_commits() -> N
     assert any(isinstance(c, PutTicket) and c.ticket.ticket_id == "t_1" for c in changes)
     assert deadline == T0 + 300  # the lease's expiry
     assert last_now == T0
-    assert notify  # a grant may wake a parked await elsewhere
+    assert not notify  # a ticket granted at once has no parked await anywhere
     assert mem.version == 1 and mem.core is not None and "t_1" in mem.core.live
     assert done.fx.changes == changes
 
@@ -420,3 +421,39 @@ def test_unwritten_gives_each_change_once() -> None:
     txn.start(release("t_1"), T0 + 1)
     txn.run(release("t_1"), Reads())
     assert txn.unwritten() == txn.fx.changes[len(first) :]
+
+
+# ---------------------------------------------------------------- whom a commit tells
+
+
+def notified(store: FakeLockingStore) -> bool:
+    return store.commits[-1][3]
+
+
+def test_a_commit_tells_other_replicas_only_when_a_ticket_queued_before_it_left_the_queue() -> None:
+    store, mem, clock = FakeLockingStore(), memory(), Clock()
+    run(store, mem, [acquire(1)], clock)
+    assert not notified(store)  # granted at once: nobody can be parked on it
+    run(store, mem, [acquire(2)], clock)
+    assert not notified(store)  # queued: nothing left the queue
+    run(store, mem, [release("t_1")], clock)
+    assert notified(store)  # t_2, queued before, was promoted: its await may be parked
+    run(store, mem, [release("t_2")], clock)
+    assert not notified(store)  # a held ticket ended and nobody waited
+
+
+def test_a_queued_ticket_created_and_promoted_in_one_transaction_tells_no_one() -> None:
+    store, mem, clock = FakeLockingStore(), memory(), Clock()
+    run(store, mem, [acquire(1), acquire(2), release("t_1")], clock)
+    assert mem.core is not None and mem.core.live["t_2"].state is TicketState.HELD
+    assert not notified(store)
+
+
+def test_a_queued_ticket_released_or_a_pause_tells_other_replicas() -> None:
+    store, mem, clock = FakeLockingStore(), memory(), Clock()
+    run(store, mem, [acquire(1), acquire(2)], clock)
+    run(store, mem, [release("t_2")], clock)  # a waiter gave up: its parked await answers
+    assert notified(store)
+    pause = CooldownOp(Cooldown(TicketCall("mA", "cA", "t_1"), "rate-limited", 60.0))
+    run(store, mem, [pause], clock)
+    assert notified(store)

@@ -25,7 +25,8 @@ from coordinator.engine.model import (
     TicketState,
 )
 from coordinator.store import postgres_db as db
-from coordinator.store.postgres_writes import write_changes
+from coordinator.store.pg_batch import Batch
+from coordinator.store.postgres_writes import split_counters, write_changes
 from tests.store_pg.kit import ended, receipt, ticket
 from tests.unit.kit import LANE, T0
 
@@ -127,3 +128,20 @@ def test_a_machine_seen_keeps_its_latest_time_and_old_rows_are_pruned(conn: db.C
     assert _rows(conn, q) == [(OTHER, "mB", T0), (LANE, "mA", T0 + 10), (LANE, "mB", T0)]
     _write(conn, [PruneMachinesSeen(T0 + 1)])
     assert _rows(conn, q) == [(OTHER, "mB", T0), (LANE, "mA", T0 + 10)]
+
+
+def test_split_counters_keeps_the_last_counters_apart_from_the_other_changes() -> None:
+    t = PutTicket(ticket("t1", 1))
+    rest, counters = split_counters([PutCounters(0, 2), t, PutCounters(1, 2)])
+    assert rest == [t] and counters == PutCounters(1, 2)
+    assert split_counters([t]) == ([t], None)
+
+
+def test_the_writes_go_the_same_through_a_batch(conn: db.Conn) -> None:
+    batch = Batch(conn)
+    batch.execute("BEGIN")
+    write_changes(batch, LANE, [PutTicket(ticket("t1", 1)), PutCounters(4, 9)])
+    batch.execute("COMMIT")
+    batch.run()
+    assert _rows(conn, "SELECT lane, ticket_id FROM tickets") == [(LANE, "t1")]
+    assert _rows(conn, "SELECT last_fence, next_seq FROM lanes WHERE lane = %s", LANE) == [(4, 9)]
