@@ -43,6 +43,7 @@ from bench.context import Context
 from bench.peers.table import TARGETS, shape_peers
 from bench.report import Report
 from bench.settings import SHAPES, Settings, parse
+from coordinator.logs import configure_logging
 
 
 def _load() -> str:
@@ -72,6 +73,9 @@ def _cancel_on_sigterm() -> None:
 
 async def bench(s: Settings) -> int:
     raise_own_fd_limit()
+    # Row 10 runs the coordinator in this process: only its warnings reach the report, as
+    # `serve --log-level warning` for the servers the other rows start.
+    configure_logging("warning")
     _cancel_on_sigterm()
     report = Report()
     runners: dict[str, Callable[[Context], Awaitable[None]]] = {

@@ -84,3 +84,23 @@ async def test_the_eta_error_row_is_the_lanes_own_figure(tmp_path: Path) -> None
     [row] = ctx.report.rows
     assert (row.key, row.verdict) == ("10", "PASS"), row
     assert re.match(r"last 60: median [\d,]+ s, p90 [\d,]+ s; all grants median", row.result)
+
+
+def test_the_in_process_server_of_the_eta_row_writes_no_log_lines() -> None:
+    """Row 10 runs the coordinator in the bench's own process: its lines at info and debug
+    (one per ticket change and request) must not flood the bench's report (a full run
+    printed 2,405 of them between rows 9 and 10)."""
+    env = {**os.environ, "BENCH_ETA_JOBS": "40"}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--only", "10"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout + done.stderr
+    assert "lane.ticket" not in out and "http.request" not in out, out[:2000]
+    assert [m.group(2) for m in ROW.finditer(done.stdout)] == ["10"], done.stdout
