@@ -19,8 +19,9 @@ with the same load generator; CPU, RSS and fds are read from the server's /proc 
    median and p90, and the lane's own etaError checked against the bench's count
 peers. the peer table (`--peers`, `make bench-peers`; bench/peers/): ours on SQLite and on
    PostgreSQL (one replica, two) beside etcd, Redis, the plain-PostgreSQL recipe and a bare
-   FIFO semaphore, the same shapes for all, the fairness notes, and issue 21's targets
-   P1-P8 as ratios within the run (a peer that cannot be had prints SKIPPED)
+   FIFO semaphore, the same shapes for all, the fairness notes, where ours spends its CPU
+   (py-spy, one more window), and issue 21's targets P1-P8 as ratios within the run, a MISS
+   with the profile of the system it judges (a peer that cannot be had prints SKIPPED)
 
 Exit status 1 when a shape could not be measured (an ERROR row), else 0: a MISS is a figure,
 not a failure of the bench.

@@ -17,6 +17,7 @@ class Row:
     result: str  # the figure(s), e.g. "512 vs bare 3,100 = 0.17×"
     target: str  # e.g. "≥ 0.4× bare"
     verdict: Verdict
+    why: str = ""  # printed under a MISS: what stands behind it (the peer table's profiles)
 
 
 def verdict(ok: bool) -> Verdict:
@@ -40,6 +41,8 @@ class Report:
         self.rows.append(row)
         print(f"{row.verdict:<7} {row.key:<3} {row.shape}: {row.result}", flush=True)
         print(f"{'':<12}target {row.target}", flush=True)
+        if row.why:
+            print(f"{'':<12}why: {row.why}", flush=True)
 
     def row(self, key: str, shape: str, result: str, target: str, ok: bool) -> None:
         self.add(Row(key, shape, result, target, verdict(ok)))

@@ -37,6 +37,12 @@ KNOBS: dict[str, tuple[str, float, float, str]] = {
     "peer_seconds": ("BENCH_PEER_SECONDS", 8, 1.5, "seconds per peer-table measurement (peers)"),
     "peer_rounds": ("BENCH_PEER_ROUNDS", 3, 1, "peer-table rounds (the median is kept)"),
     "peer_handoffs": ("BENCH_PEER_HANDOFFS", 300, 30, "hand-offs per system (peers)"),
+    "peer_profile_seconds": (
+        "BENCH_PEER_PROFILE_SECONDS",
+        8,
+        2,
+        "seconds of py-spy on ours, SQLite and one replica (peers; 0: none)",
+    ),
     "eta_jobs": ("BENCH_ETA_JOBS", 600, 200, "jobs of the ETA-error workload (10)"),
 }
 
@@ -62,6 +68,7 @@ class Settings:
     peer_seconds: float
     peer_rounds: int
     peer_handoffs: int
+    peer_profile_seconds: float
     peer_systems: frozenset[str]
     eta_jobs: int
 
@@ -133,6 +140,7 @@ def parse(argv: list[str] | None = None, env: dict[str, str] | None = None) -> S
         peer_seconds=v("peer_seconds"),
         peer_rounds=int(v("peer_rounds")),
         peer_handoffs=int(v("peer_handoffs")),
+        peer_profile_seconds=v("peer_profile_seconds"),
         peer_systems=systems,
         eta_jobs=int(v("eta_jobs")),
     )

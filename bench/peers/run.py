@@ -1,9 +1,10 @@
 """One peer-table run: start every chosen system (a SKIPPED row for one that cannot be had),
 then `rounds` rounds — in each, every system's 100 lanes × 1 client, then every system's
 1 lane × 16 clients, so that a change in the machine's load falls on all of them alike — then
-each system's hand-offs; everything stopped at the end, on failure and on Ctrl-C (the
-cancellation runs the `finally`). A system that fails mid-way keeps its error and the others
-go on."""
+each system's hand-offs, then (`profile_seconds` > 0) one more 100 × 1 window under py-spy
+for ours on SQLite and on one replica (bench/peers/profile.py); everything stopped at the
+end, on failure and on Ctrl-C (the cancellation runs the `finally`). A system that fails
+mid-way keeps its error and the others go on."""
 
 from __future__ import annotations
 
@@ -20,12 +21,14 @@ from bench.peers.etcd_peer import Etcd
 from bench.peers.ours import Fifo, OursPostgres, OursSqlite
 from bench.peers.pg_shared import SharedPostgres
 from bench.peers.plain_pg import PlainPostgres
+from bench.peers.profile import Profile, profiled
 from bench.peers.redis_peer import Redis
 from bench.peers.shapes import Round, handoff, throughput
 from bench.report import note
 
 MANY_LANES = 100
 CONTENDED_CLIENTS = 16
+PROFILED = ("sqlite", "pg1")  # the systems whose CPU targets get a profile beside them
 
 
 def build(pg: SharedPostgres) -> list[System]:
@@ -49,6 +52,7 @@ class Result:
     many: list[Round] = field(default_factory=list)  # 100 lanes × 1 client, per round
     contended: list[Round] = field(default_factory=list)  # 1 lane × 16 clients
     gaps: list[float] = field(default_factory=list)  # hand-offs, ms
+    profile: Profile | str | None = None  # where our server's CPU went, or why not measured
 
     @property
     def live(self) -> bool:
@@ -88,6 +92,7 @@ async def run_peers(
     rounds: int,
     handoffs: int,
     pg_fsync: bool = True,
+    profile_seconds: float = 0.0,
 ) -> list[Result]:
     pg = SharedPostgres(pg_fsync)
     wanted = set(keys)
@@ -120,6 +125,16 @@ async def run_peers(
                 r.gaps = await handoff(r.system, "bench:peer-handoff", handoffs)
 
             await _guarded(r, "hand-off", gaps)
+        for r in (x for x in results if x.live and x.system.key in PROFILED):
+            if profile_seconds <= 0:
+                break
+            note(f"peers: {r.system.key}, 100 lanes × 1 client under py-spy")
+
+            async def spied(r: Result = r) -> None:
+                out = tmp / f"profile-{r.system.key}.txt"
+                r.profile = await profiled(r.system, many, profile_seconds, out)
+
+            await _guarded(r, "profile", spied)
     finally:
         for r in results:
             with contextlib.suppress(Exception):

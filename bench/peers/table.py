@@ -6,6 +6,10 @@ as report rows, each a ratio or a figure of the same run:
 - SQLite path: 100 × 1 and 1 × 16 granted ≥ 1.0× the plain-PostgreSQL recipe; server CPU
   ≤ 0.5 ms per cycle; hand-off p99 < 3 ms.
 
+A MISS is printed with the profile of the system it judges (bench/peers/profile.py: where
+that server's CPU went in one more window of the same run), pointing at
+docs/performance.md#the-targets for what stands behind each share.
+
 A target whose figures are missing is SKIPPED (a system not run or not installed) or ERROR
 (a system that failed)."""
 
@@ -17,7 +21,8 @@ from dataclasses import dataclass
 
 from bench.common import pct
 from bench.context import Context
-from bench.peers.run import CONTENDED_CLIENTS, MANY_LANES, Result, run_peers
+from bench.peers.profile import Profile
+from bench.peers.run import CONTENDED_CLIENTS, MANY_LANES, PROFILED, Result, run_peers
 from bench.report import Row, Verdict, num, ratio
 
 PG_FLOOR = 0.6  # × the plain-PostgreSQL recipe
@@ -27,6 +32,7 @@ SQLITE_CPU_MS = 0.5
 PG_HANDOFF_P99_MS = 5.0
 SQLITE_HANDOFF_P99_MS = 3.0
 DASH = "–"
+WHERE = "docs/performance.md#the-targets"
 
 DURABLE = (
     "every system durable: SQLite synchronous=FULL; PostgreSQL fsync and synchronous_commit "
@@ -90,7 +96,11 @@ class Target:
     shape: str
     target: str
     judge: Callable[[dict[str, Result]], tuple[str, bool]]  # (result text, met)
-    needs: tuple[str, ...]  # system keys whose figures it reads
+    needs: tuple[str, ...]  # system keys whose figures it reads; the first is ours
+
+    @property
+    def ours(self) -> str:
+        return self.needs[0]
 
 
 def _ratio_of(
@@ -209,8 +219,39 @@ def judge(results: list[Result]) -> list[Row]:
                 text, verdict = f"ERROR: {why}", "ERROR"
             else:
                 verdict = "PASS" if ok else "MISS"
-        rows.append(Row(t.key, t.shape, text, t.target, verdict))
+        why = _why_missed(t, by) if verdict == "MISS" else ""
+        rows.append(Row(t.key, t.shape, text, t.target, verdict, why))
     return rows
+
+
+def _profiled_for(t: Target) -> str:
+    """The profiled system a target's MISS is explained by (two replicas: one replica's)."""
+    return t.ours if t.ours in PROFILED else "pg1"
+
+
+def _why_missed(t: Target, by: dict[str, Result]) -> str:
+    key = _profiled_for(t)
+    r = by.get(key)
+    profile = r.profile if r is not None else None
+    if isinstance(profile, Profile):
+        return f"profile of {r.system.title if r else key}, {MANY_LANES} × 1: " + (
+            f"{profile.summary()} ({WHERE})"
+        )
+    if isinstance(profile, str):
+        return f"no profile ({profile}); {WHERE}"
+    return f"no profile taken (BENCH_PEER_PROFILE_SECONDS=0 or {key} not run); {WHERE}"
+
+
+def profiles(results: list[Result]) -> str:
+    """Each profiled system's whole breakdown, a line each."""
+    lines = []
+    for r in results:
+        if isinstance(r.profile, Profile):
+            shares = ", ".join(f"{g} {v * 100:.1f}%" for g, v in r.profile.shares.items())
+            lines.append(f"- **{r.system.title}** ({r.profile.samples:,} samples): {shares}")
+        elif isinstance(r.profile, str):
+            lines.append(f"- **{r.system.title}**: SKIPPED: {r.profile}")
+    return "\n".join(lines)
 
 
 async def shape_peers(ctx: Context) -> None:
@@ -223,11 +264,20 @@ async def shape_peers(ctx: Context) -> None:
         rounds=s.peer_rounds,
         handoffs=s.peer_handoffs,
         pg_fsync=s.pg_fsync,
+        profile_seconds=s.peer_profile_seconds,
     )
     print("\n## The peers, side by side\n", flush=True)
     print(table(results, s.peer_seconds, s.peer_rounds) + "\n", flush=True)
     print("What each lacks beside ours, and where it waits:\n", flush=True)
     print(notes(results) + "\n", flush=True)
+    where = profiles(results)
+    if where:
+        print(
+            "Where ours spends its CPU (py-spy --gil, one more 100 lanes × 1 client window; "
+            "each sample counted against its innermost Python frame's module):\n",
+            flush=True,
+        )
+        print(where + "\n", flush=True)
     for row in judge(results):
         ctx.report.add(row)
     for r in results:

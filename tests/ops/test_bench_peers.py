@@ -18,9 +18,10 @@ from bench.peers.base import System
 from bench.peers.ours import OursPostgres, OursSqlite
 from bench.peers.pg_shared import SharedPostgres
 from bench.peers.plain_pg import PlainPostgres
+from bench.peers.profile import group_of, parse_raw
 from bench.peers.run import Result
 from bench.peers.shapes import Round
-from bench.peers.table import TARGETS, judge, table
+from bench.peers.table import TARGETS, judge, profiles, table
 from bench.settings import parse
 
 REPO = Path(__file__).resolve().parents[2]
@@ -112,3 +113,86 @@ def test_peer_systems_are_checked() -> None:
     assert parse(["--peers"], env={}).only == frozenset({"peers"})
     with pytest.raises(SystemExit):
         parse(["--peers", "--peer-systems", "zookeeper"], env={})
+
+
+M = "<module> (coordinator/cli.py:400)"
+RAW = "\n".join(
+    [
+        f"{M};run (asyncio/runners.py:190);_run_once (asyncio/base_events.py:1922) 10",
+        f"{M};_handle_request (aiohttp/web_protocol.py:452) 30",
+        f"{M};acquire (coordinator/http/app.py:130);_execute (coordinator/actor/pipelined.py:1) 25",
+        f"{M};acquire (coordinator/engine/lane.py:200);__init__ (<string>:3) 5",
+        f"{M};write_changes (coordinator/store/sqlite_writes.py:288) 20",
+        f"{M};set (prometheus_client/values.py:32) 10",
+        "garbage line",
+    ]
+)
+
+
+def test_a_profile_counts_each_sample_against_its_innermost_frames_module() -> None:
+    p = parse_raw(RAW)
+    assert p.samples == 100
+    assert p.shares == {
+        "aiohttp": 0.30,
+        "actor": 0.25,
+        "store": 0.20,
+        "asyncio": 0.10,
+        "metrics and logs": 0.10,
+        "dataclass constructors": 0.05,
+    }
+    assert p.summary().startswith("100 samples: aiohttp 30%, actor 25%, store 20%")
+    assert group_of("f (/usr/lib/python3/site-packages/sortedcontainers/sortedlist.py:9)") == (
+        "engine"
+    )
+    assert group_of("f (/opt/somewhere/else.py:1)") == "other"
+    assert parse_raw("").samples == 0
+
+
+def test_a_miss_is_printed_with_the_profile_of_the_system_it_judges() -> None:
+    results = _results()
+    profile = parse_raw(RAW)
+    for r in results:
+        if r.system.key == "pg1":
+            r.profile = profile
+        if r.system.key == "sqlite":
+            r.profile = "py-spy is not installed (make setup installs it)"
+    by = {r.key: r for r in judge(results)}
+    assert by["P3"].verdict == "MISS"
+    assert by["P3"].why.startswith("profile of ours, PostgreSQL (one replica), 100 × 1: 100 ")
+    assert by["P4"].why == by["P3"].why  # two replicas: one replica's profile
+    assert by["P2"].verdict == "PASS" and by["P2"].why == ""
+    slow = [_result(OursSqlite(), 1_500, 450, 0.9, [1.0] * 100), *results[1:]]
+    slow[0].profile = results[0].profile
+    p7 = {r.key: r for r in judge(slow)}["P7"]
+    assert p7.verdict == "MISS" and p7.why.startswith("no profile (py-spy is not installed")
+    text = profiles(results)
+    assert "- **ours, PostgreSQL (one replica)** (100 samples): aiohttp 30.0%, actor 25.0%" in text
+    assert "- **ours, SQLite (synchronous=FULL)**: SKIPPED: py-spy is not installed" in text
+
+
+def test_ours_on_sqlite_is_profiled_in_the_same_run() -> None:
+    env = {
+        **os.environ,
+        "BENCH_PEER_SECONDS": "0.5",
+        "BENCH_PEER_HANDOFFS": "5",
+        "BENCH_PEER_PROFILE_SECONDS": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--peers", "--quick", "--peer-systems", "sqlite"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    m = re.search(
+        r"^- \*\*ours, SQLite \(synchronous=FULL\)\*\* \(([\d,]+) samples\): (.+)$", out, re.M
+    )
+    assert m is not None, out
+    assert int(m.group(1).replace(",", "")) > 0
+    shares = dict(part.rsplit(" ", 1) for part in m.group(2).split(", "))
+    assert {"aiohttp", "actor", "store"} <= set(shares), shares
+    assert abs(sum(float(v.rstrip("%")) for v in shares.values()) - 100) < 1, shares
