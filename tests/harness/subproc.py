@@ -8,7 +8,8 @@ captured line by line (`lines`, `events(name)`, `wait_for_event`). Stop it with 
 tiny synchronous HTTP client for it.
 
 `LineProcess(args, env)` is any subprocess whose merged output is followed line by line
-(`lane drill` roles); `cli(*args)` runs `lane-coordinator ARGS` to completion.
+(`lane drill` roles); `cli(*args)` runs `lane-coordinator ARGS` to completion, `run_bench(*args)`
+`python -m bench ARGS` from the repo.
 
 Each runs in its own session (a Ctrl-C in the terminal does not reach it) and is registered
 with tests.harness.cleanup: should the run end before the test stops it (SIGTERM, SIGINT, a
@@ -66,6 +67,19 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
         text=True,
         env=_env_without_token(env),
         timeout=120,
+        check=False,
+    )
+
+
+def run_bench(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `python -m bench ARGS` from the repo to completion, `env` added to ours."""
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
         check=False,
     )
 

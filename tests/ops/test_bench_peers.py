@@ -6,11 +6,7 @@ judged against a number here: the machine is shared."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -23,21 +19,18 @@ from bench.peers.run import Result
 from bench.peers.shapes import Round
 from bench.peers.table import TARGETS, judge, profiles, table
 from bench.settings import parse
+from tests.harness.subproc import run_bench
 
-REPO = Path(__file__).resolve().parents[2]
 TARGET_ROW = re.compile(r"^(PASS|MISS|SKIPPED|ERROR)\s+(P\d)\s", re.M)
 
 
 def test_the_plain_postgres_recipe_runs_in_quick_mode() -> None:
-    env = {**os.environ, "BENCH_PEER_SECONDS": "0.5", "BENCH_PEER_HANDOFFS": "5"}
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", "--peers", "--quick", "--peer-systems", "plain-pg"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    done = run_bench(
+        "--peers",
+        "--quick",
+        "--peer-systems",
+        "plain-pg",
+        env={"BENCH_PEER_SECONDS": "0.5", "BENCH_PEER_HANDOFFS": "5"},
     )
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
@@ -171,20 +164,16 @@ def test_a_miss_is_printed_with_the_profile_of_the_system_it_judges() -> None:
 
 
 def test_ours_on_sqlite_is_profiled_in_the_same_run() -> None:
-    env = {
-        **os.environ,
-        "BENCH_PEER_SECONDS": "0.5",
-        "BENCH_PEER_HANDOFFS": "5",
-        "BENCH_PEER_PROFILE_SECONDS": "1",
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", "--peers", "--quick", "--peer-systems", "sqlite"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    done = run_bench(
+        "--peers",
+        "--quick",
+        "--peer-systems",
+        "sqlite",
+        env={
+            "BENCH_PEER_SECONDS": "0.5",
+            "BENCH_PEER_HANDOFFS": "5",
+            "BENCH_PEER_PROFILE_SECONDS": "1",
+        },
     )
     out = done.stdout
     assert done.returncode == 0, out + done.stderr

@@ -6,10 +6,7 @@ not judged here: the machine is shared."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import NoReturn
 
@@ -21,21 +18,14 @@ from bench.context import Context
 from bench.report import Report
 from bench.settings import parse
 from tests.harness.postgres import PostgresUnavailable
+from tests.harness.subproc import run_bench
 
-REPO = Path(__file__).resolve().parents[2]
 ROW = re.compile(r"^(PASS|MISS)\s+(\S+)\s+(.+?): (.+)$", re.M)
 
 
 def test_quick_bench_prints_a_row_per_shape_and_the_table() -> None:
-    env = {**os.environ, "BENCH_SECONDS": "0.5", "BENCH_HANDOFF_SAMPLES": "10"}
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--only", "3,4"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    done = run_bench(
+        "--quick", "--only", "3,4", env={"BENCH_SECONDS": "0.5", "BENCH_HANDOFF_SAMPLES": "10"}
     )
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {m.group(2): m.group(4) for m in ROW.finditer(done.stdout)}
@@ -90,16 +80,7 @@ def test_the_in_process_server_of_the_eta_row_writes_no_log_lines() -> None:
     """Row 10 runs the coordinator in the bench's own process: its lines at info and debug
     (one per ticket change and request) must not flood the bench's report (a full run
     printed 2,405 of them between rows 9 and 10)."""
-    env = {**os.environ, "BENCH_ETA_JOBS": "40"}
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--only", "10"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_bench("--quick", "--only", "10", env={"BENCH_ETA_JOBS": "40"})
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout + done.stderr
     assert "lane.ticket" not in out and "http.request" not in out, out[:2000]
