@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import os
 import re
 import shutil
 import sys
@@ -26,6 +25,12 @@ from bench.peers.shapes import throughput
 SAMPLE_RATE = 200  # samples per second
 SHOWN = 6  # groups named in the one-line summary, largest first
 
+METRICS_AND_LOGS = (
+    "prometheus_client/",
+    "structlog/",
+    "coordinator/metrics.py",
+    "coordinator/logs.py",
+)
 # (group, path fragments of the innermost frame's file), the first match wins
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("aiohttp", ("aiohttp/", "multidict/", "yarl/")),
@@ -35,7 +40,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("engine", ("coordinator/engine/", "sortedcontainers/")),
     ("protocol", ("coordinator/protocol/", "msgspec/")),
     ("store", ("coordinator/store/", "psycopg/", "sqlite3/")),
-    ("metrics and logs", ("prometheus_client/", "coordinator/metrics.py", "structlog/", "logs.py")),
+    ("metrics and logs", METRICS_AND_LOGS),
     ("dataclass constructors", ("<string>",)),
 )
 OTHER = "other"
@@ -47,10 +52,13 @@ class Profile:
     samples: int
     shares: dict[str, float]  # group -> fraction of the samples, largest first
 
+    def shares_text(self, limit: int | None = None, digits: int = 1) -> str:
+        """`group N%, ...`, largest first (the first `limit` groups; None: all)."""
+        top = list(self.shares.items())[:limit]
+        return ", ".join(f"{g} {share * 100:.{digits}f}%" for g, share in top)
+
     def summary(self) -> str:
-        top = list(self.shares.items())[:SHOWN]
-        parts = [f"{g} {share * 100:.0f}%" for g, share in top]
-        return f"{self.samples:,} samples: " + ", ".join(parts)
+        return f"{self.samples:,} samples: {self.shares_text(SHOWN, 0)}"
 
 
 def group_of(frame: str) -> str:
@@ -88,14 +96,15 @@ async def profiled(system: System, lanes: list[str], seconds: float, out: Path) 
     if exe is None:
         return "py-spy is not installed (make setup installs it)"
     pid = system.pids()["server"][0]
+    window = max(1, round(seconds))  # py-spy records whole seconds
     cmd = [exe, "record", "-f", "raw", "--gil", "-r", str(SAMPLE_RATE)]
-    cmd += ["-d", str(max(1, round(seconds))), "-p", str(pid), "-o", str(out), "--nonblocking"]
+    cmd += ["-d", str(window), "-p", str(pid), "-o", str(out), "--nonblocking"]
     spy = await asyncio.create_subprocess_exec(
         *cmd, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
     )
     try:
-        await throughput(system, lanes, 1, max(1.0, round(seconds)) + 0.5)
-        _, err = await asyncio.wait_for(spy.communicate(), timeout=seconds + 30)
+        await throughput(system, lanes, 1, window + 0.5)  # the load outlasts the recording
+        _, err = await asyncio.wait_for(spy.communicate(), timeout=window + 30)
     finally:
         if spy.returncode is None:
             with contextlib.suppress(ProcessLookupError):
@@ -105,6 +114,5 @@ async def profiled(system: System, lanes: list[str], seconds: float, out: Path) 
         why = err.decode("utf-8", "replace").strip().splitlines()
         return f"py-spy could not record ({why[-1][:200] if why else spy.returncode})"
     profile = parse_raw(out.read_text(encoding="utf-8", errors="replace"))
-    with contextlib.suppress(OSError):
-        os.unlink(out)
+    out.unlink(missing_ok=True)
     return profile if profile.samples else "py-spy recorded no samples"

@@ -125,9 +125,8 @@ async def run_peers(
                 r.gaps = await handoff(r.system, "bench:peer-handoff", handoffs)
 
             await _guarded(r, "hand-off", gaps)
-        for r in (x for x in results if x.live and x.system.key in PROFILED):
-            if profile_seconds <= 0:
-                break
+        spied_on = [x for x in results if x.live and x.system.key in PROFILED]
+        for r in spied_on if profile_seconds > 0 else []:
             note(f"peers: {r.system.key}, 100 lanes × 1 client under py-spy")
 
             async def spied(r: Result = r) -> None:

@@ -15,7 +15,7 @@ from bench.peers.ours import OursPostgres, OursSqlite
 from bench.peers.pg_shared import SharedPostgres
 from bench.peers.plain_pg import PlainPostgres
 from bench.peers.profile import group_of, parse_raw
-from bench.peers.run import Result
+from bench.peers.run import PROFILED, Result
 from bench.peers.shapes import Round
 from bench.peers.table import TARGETS, judge, profiles, table
 from bench.settings import parse
@@ -149,6 +149,7 @@ def test_a_miss_is_printed_with_the_profile_of_the_system_it_judges() -> None:
             r.profile = profile
         if r.system.key == "sqlite":
             r.profile = "py-spy is not installed (make setup installs it)"
+    assert {t.explained_by for t in TARGETS} <= set(PROFILED)
     by = {r.key: r for r in judge(results)}
     assert by["P3"].verdict == "MISS"
     assert by["P3"].why.startswith("profile of ours, PostgreSQL (one replica), 100 × 1: 100 ")
